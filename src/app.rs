@@ -1,0 +1,41 @@
+//! The shared, immutable state of a running sturnus: config, routing table, upstream settings.
+
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::providers::{tls, PeerSettings};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Everything the request path and the admin endpoints share, behind one `Arc`.
+pub struct App {
+    /// The validated configuration.
+    pub config: Config,
+    /// Aliases, candidates, providers and their live statistics.
+    pub catalog: Catalog,
+    /// Timeouts and trust roots for upstream connections.
+    pub peer_settings: PeerSettings,
+    /// Connector for the direct path (bodies Pingora cannot replay), with its own pool.
+    pub connector: pingora_core::connectors::http::Connector,
+    /// When this process started serving.
+    pub started: Instant,
+}
+
+impl App {
+    /// Builds the runtime state from a validated config; fails on unusable providers or CA files.
+    pub fn new(config: Config) -> Result<Arc<App>, String> {
+        let roots = tls::from_env()?;
+        let catalog = Catalog::build(&config)?;
+        let peer_settings = PeerSettings {
+            connect_timeout: config.routing.connect_timeout,
+            read_timeout: config.routing.read_timeout,
+            roots,
+        };
+        Ok(Arc::new(App {
+            catalog,
+            peer_settings,
+            connector: pingora_core::connectors::http::Connector::new(None),
+            started: Instant::now(),
+            config,
+        }))
+    }
+}

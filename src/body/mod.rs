@@ -1,0 +1,138 @@
+//! Request-body inspection and the byte-exact model splice.
+//!
+//! Clients send OpenAI-style JSON bodies naming a model alias. sturnus validates the body as strict
+//! RFC 8259 JSON in one pass ([`inspect`]), learns the alias and whether the client wants a stream,
+//! and then forwards the body with *only* the bytes of the top-level "model" string value replaced
+//! by the chosen provider model ([`Inspected::splice`]); every other byte (key order, whitespace,
+//! number text, escapes, nested "model" keys) reaches the provider untouched.
+
+mod scan;
+mod strings;
+
+#[cfg(test)]
+mod proptests;
+
+use std::fmt;
+use std::ops::Range;
+
+pub use scan::MAX_DEPTH;
+pub use strings::{escape_json_string, escaped_len};
+
+/// Why a request body was rejected; Display gives a precise, client-facing message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Not strict RFC 8259 JSON: `reason` describes the problem found at byte `offset`.
+    InvalidJson { offset: usize, reason: &'static str },
+    /// Valid JSON whose top-level value is not an object.
+    NotAnObject,
+    /// The top-level object has no "model" member.
+    MissingModel,
+    /// The (last) top-level "model" member is not a string.
+    ModelNotString,
+    /// Containers nest deeper than [`MAX_DEPTH`].
+    TooDeep,
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::InvalidJson { offset, reason } => {
+                write!(
+                    f,
+                    "request body is not valid JSON: {reason} at byte {offset}"
+                )
+            }
+            BodyError::NotAnObject => f.write_str("request body must be a JSON object"),
+            BodyError::MissingModel => f.write_str("missing required parameter: 'model'"),
+            BodyError::ModelNotString => f.write_str("'model' must be a string"),
+            BodyError::TooDeep => write!(
+                f,
+                "request body is not valid JSON: nesting exceeds {MAX_DEPTH} levels"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+impl BodyError {
+    /// The request parameter at fault, for the OpenAI error object's `param` field.
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            BodyError::MissingModel | BodyError::ModelNotString => Some("model"),
+            _ => None,
+        }
+    }
+}
+
+/// What routing needs to know about a request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    /// The requested model alias (unescaped), from the last top-level "model" member.
+    pub model: String,
+    /// Whether the last top-level "stream" member is the literal `true`.
+    pub stream: bool,
+    /// Byte ranges of the contents (between the quotes) of each top-level "model" string value.
+    model_spans: Vec<Range<usize>>,
+}
+
+/// Validate a request body and extract the model alias and stream flag.
+pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
+    let scan = scan::scan(body)?;
+    if !scan.top_is_object {
+        return Err(BodyError::NotAnObject);
+    }
+    let (span, escaped) = match scan.last_model {
+        None => return Err(BodyError::MissingModel),
+        Some(scan::LastModel::NotString) => return Err(BodyError::ModelNotString),
+        Some(scan::LastModel::Str { span, escaped }) => (span, escaped),
+    };
+    let bad = BodyError::InvalidJson {
+        offset: span.start,
+        reason: "invalid string",
+    };
+    let raw = body.get(span).ok_or_else(|| bad.clone())?;
+    let model = if escaped {
+        strings::unescape(raw, usize::MAX).and_then(|v| String::from_utf8(v).ok())
+    } else {
+        std::str::from_utf8(raw).ok().map(str::to_owned)
+    };
+    Ok(Inspected {
+        model: model.ok_or(bad)?,
+        stream: scan.stream,
+        model_spans: scan.model_spans,
+    })
+}
+
+impl Inspected {
+    /// Byte ranges of the contents of every top-level "model" string value, in order.
+    pub fn model_spans(&self) -> &[Range<usize>] {
+        &self.model_spans
+    }
+
+    /// Body with every top-level model string value replaced by `model` (JSON-escaped).
+    ///
+    /// `body` must be the exact bytes given to [`inspect`].
+    pub fn splice(&self, body: &[u8], model: &str) -> Vec<u8> {
+        let mut escaped = Vec::with_capacity(escaped_len(model));
+        escape_json_string(model, &mut escaped);
+        let mut out = Vec::with_capacity(self.spliced_len(body, model));
+        let mut prev = 0;
+        for span in &self.model_spans {
+            out.extend_from_slice(body.get(prev..span.start).unwrap_or_default());
+            out.extend_from_slice(&escaped);
+            prev = span.end;
+        }
+        out.extend_from_slice(body.get(prev..).unwrap_or_default());
+        out
+    }
+
+    /// Byte length of [`Inspected::splice`] output without building it (for Content-Length).
+    pub fn spliced_len(&self, body: &[u8], model: &str) -> usize {
+        let removed: usize = self.model_spans.iter().map(|s| s.len()).sum();
+        (body.len() + self.model_spans.len() * escaped_len(model)).saturating_sub(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,142 @@
+//! The routing table: aliases → candidates, each bound to its provider and live statistics.
+//!
+//! Built once from config. A candidate (provider, model) appears once however many aliases list
+//! it, so its statistics are shared by all of them.
+
+use crate::config::Config;
+use crate::providers::Provider;
+use crate::routing::{self, affinity, CandidateStats, Choice, Mode, RoutingParams};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One (provider, model) pair traffic can go to.
+#[derive(Debug)]
+pub struct Candidate {
+    /// The provider serving this candidate.
+    pub provider: Arc<Provider>,
+    /// The provider-side model name spliced into the request body.
+    pub model: String,
+    /// Live latency/success statistics, shared by every alias listing this candidate.
+    pub stats: Arc<CandidateStats>,
+    /// The `x-session-affinity` value naming this candidate: `provider/model`.
+    pub affinity: String,
+}
+
+/// One alias with its candidates in config order.
+#[derive(Debug)]
+pub struct Alias {
+    /// The name clients put in `"model"`.
+    pub name: String,
+    /// Candidates in config order.
+    pub candidates: Vec<Arc<Candidate>>,
+    /// The same candidates' statistics, in the same order (what the selector reads).
+    stats: Vec<Arc<CandidateStats>>,
+}
+
+impl Alias {
+    /// Picks the candidate for one request: the affinity pin when it names a healthy candidate
+    /// of this alias, otherwise a latency-weighted draw.
+    pub fn choose(&self, mode: Mode, pin: Option<&str>, params: &RoutingParams) -> Choice {
+        let pinned = pin.and_then(|value| {
+            affinity::position(
+                value,
+                self.candidates
+                    .iter()
+                    .map(|c| (c.provider.name.as_str(), c.model.as_str())),
+            )
+        });
+        routing::choose(&self.stats, mode, pinned, params, &mut routing::ThreadRng).unwrap_or(
+            Choice {
+                index: 0,
+                pinned_honoured: false,
+            },
+        )
+    }
+
+    /// Current traffic shares of the candidates for one mode (for `/status` and metrics).
+    pub fn shares(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
+        routing::shares_for(&self.stats, mode, params)
+    }
+}
+
+/// All aliases, candidates and providers of a running configuration.
+#[derive(Debug)]
+pub struct Catalog {
+    /// Aliases in config order.
+    pub aliases: Vec<Alias>,
+    /// Every distinct candidate, in order of first appearance.
+    pub candidates: Vec<Arc<Candidate>>,
+    /// Every provider, in config order.
+    pub providers: Vec<Arc<Provider>>,
+    /// Routing parameters from `[routing]`.
+    pub params: RoutingParams,
+    by_name: HashMap<String, usize>,
+}
+
+impl Catalog {
+    /// Builds the table from a validated config.
+    pub fn build(config: &Config) -> Result<Catalog, String> {
+        let providers: Vec<Arc<Provider>> = config
+            .providers
+            .iter()
+            .map(|p| Provider::from_config(p).map(Arc::new))
+            .collect::<Result<_, _>>()?;
+        let mut candidates: Vec<Arc<Candidate>> = Vec::new();
+        let mut aliases = Vec::with_capacity(config.aliases.len());
+        for alias in &config.aliases {
+            let mut members = Vec::with_capacity(alias.candidates.len());
+            for c in &alias.candidates {
+                let existing = candidates
+                    .iter()
+                    .find(|k| k.provider.name == c.provider && k.model == c.model);
+                let candidate = match existing {
+                    Some(k) => k.clone(),
+                    None => {
+                        let provider = providers
+                            .iter()
+                            .find(|p| p.name == c.provider)
+                            .ok_or_else(|| format!("unknown provider {}", c.provider))?
+                            .clone();
+                        let k = Arc::new(Candidate {
+                            affinity: affinity::format(&provider.name, &c.model),
+                            provider,
+                            model: c.model.clone(),
+                            stats: Arc::new(CandidateStats::new()),
+                        });
+                        candidates.push(k.clone());
+                        k
+                    }
+                };
+                members.push(candidate);
+            }
+            aliases.push(Alias {
+                name: alias.name.clone(),
+                stats: members.iter().map(|c| c.stats.clone()).collect(),
+                candidates: members,
+            });
+        }
+        let by_name = aliases
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.name.clone(), i))
+            .collect();
+        let r = &config.routing;
+        Ok(Catalog {
+            aliases,
+            candidates,
+            providers,
+            params: RoutingParams {
+                ewma_alpha: r.ewma_alpha,
+                exploit_k: r.exploit_k,
+                probe_floor: r.probe_floor,
+                error_threshold: r.error_threshold,
+            },
+            by_name,
+        })
+    }
+
+    /// The alias a client asked for, if configured.
+    pub fn alias(&self, name: &str) -> Option<&Alias> {
+        self.by_name.get(name).map(|&i| &self.aliases[i])
+    }
+}

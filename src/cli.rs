@@ -1,0 +1,105 @@
+//! Command line: sturnus's own flags and subcommands next to Pingora's (`-c`, `-d`, `-t`, `-u`).
+
+use crate::app::App;
+use crate::config::{self, Config};
+use clap::{Parser, Subcommand};
+use pingora::server::configuration::Opt;
+use std::path::PathBuf;
+
+/// sturnus: an LLM routing sidecar on Pingora.
+#[derive(Parser, Debug)]
+#[command(name = "sturnus", version, about, long_about = None)]
+pub struct Cli {
+    /// Path of the sturnus config file (TOML).
+    #[arg(long, global = true, default_value = "./config.toml")]
+    pub config: PathBuf,
+
+    /// File of KEY=VALUE lines loaded into the environment (existing variables win).
+    #[arg(long, global = true)]
+    pub env_file: Option<PathBuf>,
+
+    /// Pingora's own server flags.
+    #[command(flatten)]
+    pub pingora: Opt,
+
+    /// What to do (default: serve).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// sturnus subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the proxy (the default).
+    Serve,
+    /// Validate the config, print the resolved aliases with secrets masked, exit 0 or 1.
+    Check,
+}
+
+/// Parses the command line and runs it; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    if let Some(path) = &cli.env_file {
+        if let Err(e) = config::load_env_file(path) {
+            eprintln!("sturnus: --env-file: {e}");
+            return 1;
+        }
+    }
+    match cli.command {
+        Some(Command::Check) => check(&cli.config),
+        None | Some(Command::Serve) => serve(&cli.config, cli.pingora),
+    }
+}
+
+/// Loads and validates the config, printing every problem; `None` when it is unusable.
+fn load(path: &std::path::Path) -> Option<Config> {
+    match Config::load(path) {
+        Ok(config) => Some(config),
+        Err(e) => {
+            eprintln!("sturnus: invalid config {}:\n{e}", path.display());
+            None
+        }
+    }
+}
+
+fn check(path: &std::path::Path) -> i32 {
+    let Some(config) = load(path) else {
+        return 1;
+    };
+    let summary = config.describe();
+    if let Err(e) = App::new(config) {
+        eprintln!("sturnus: invalid config {}:\n{e}", path.display());
+        return 1;
+    }
+    println!("{summary}");
+    println!("config OK");
+    0
+}
+
+fn serve(path: &std::path::Path, opt: Opt) -> i32 {
+    init_logging();
+    let Some(config) = load(path) else {
+        return 1;
+    };
+    let app = match App::new(config) {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("sturnus: {e}");
+            return 1;
+        }
+    };
+    let server = match crate::server::build(opt, app) {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("sturnus: {e}");
+            return 1;
+        }
+    };
+    server.run_forever()
+}
+
+/// Installs the logger: info for sturnus, warn for dependencies, overridable by `RUST_LOG`.
+pub fn init_logging() {
+    let env = env_logger::Env::default().default_filter_or("warn,sturnus=info");
+    let _ = env_logger::Builder::from_env(env).try_init();
+}

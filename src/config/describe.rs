@@ -1,0 +1,77 @@
+//! The human summary printed by `sturnus check`; shows whether keys are set, never their value.
+
+use super::schema::{Config, ProviderConfig, ProviderKind};
+use std::fmt::Write;
+
+/// Renders a multi-line summary of `cfg` (listen addresses, providers, aliases, routing).
+pub(crate) fn describe(cfg: &Config) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "listen: {}", cfg.listen);
+    match cfg.metrics_listen {
+        Some(m) => {
+            let _ = writeln!(s, "metrics_listen: {m}");
+        }
+        None => s.push_str("metrics_listen: not set\n"),
+    }
+    let _ = writeln!(s, "providers ({}):", cfg.providers.len());
+    for p in &cfg.providers {
+        let _ = writeln!(s, "  {}", provider_line(p));
+    }
+    let _ = writeln!(s, "aliases ({}):", cfg.aliases.len());
+    for a in &cfg.aliases {
+        let _ = writeln!(s, "  {}:", a.name);
+        for (i, c) in a.candidates.iter().enumerate() {
+            let _ = writeln!(s, "    {}. {} / {}", i + 1, c.provider, c.model);
+        }
+    }
+    let r = &cfg.routing;
+    let _ = writeln!(
+        s,
+        "routing: ewma_alpha {}, exploit_k {}, probe_floor {}, error_threshold {}",
+        r.ewma_alpha, r.exploit_k, r.probe_floor, r.error_threshold
+    );
+    let _ = writeln!(
+        s,
+        "timeouts: connect {:?}, read {:?}, header {:?}, body {:?}",
+        r.connect_timeout, r.read_timeout, r.header_timeout, r.body_timeout
+    );
+    let buffered = match r.max_buffered_bytes {
+        Some(n) => n.to_string(),
+        None => "derived from cgroup".to_string(),
+    };
+    let _ = writeln!(
+        s,
+        "limits: max_body_bytes {}, max_buffered_bytes {buffered}",
+        r.max_body_bytes
+    );
+    s
+}
+
+/// One line describing a provider; the API key appears only as `***` or `not set`.
+fn provider_line(p: &ProviderConfig) -> String {
+    let kind = match &p.kind {
+        ProviderKind::OpenAiCompatible => "OpenAI-compatible".to_string(),
+        ProviderKind::AzureOpenAi {
+            resource_name,
+            api_version,
+        } => format!("Azure OpenAI (resource {resource_name}, api-version {api_version})"),
+        ProviderKind::GoogleAi { api_version } => format!("Google AI (api version {api_version})"),
+        ProviderKind::Anthropic { version } => format!("Anthropic (version {version})"),
+        ProviderKind::VertexAi {
+            project_id,
+            location,
+        } => {
+            format!("Vertex AI (project {project_id}, location {location})")
+        }
+    };
+    let base = match &p.base_url {
+        Some(u) => u.to_string(),
+        None => "derived from kind".to_string(),
+    };
+    let auth = match (&p.kind, &p.api_key) {
+        (ProviderKind::VertexAi { .. }, _) => "OAuth (Application Default Credentials)",
+        (_, Some(_)) => "api_key ***",
+        (_, None) => "api_key not set",
+    };
+    format!("{}: {kind}, base_url {base}, {auth}", p.name)
+}

@@ -1,0 +1,155 @@
+//! The resolved, validated configuration types handed to the rest of sturnus.
+
+use super::base_url::BaseUrl;
+use super::secret::Secret;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The whole validated config; immutable once loaded.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address of the main proxy listener (default 127.0.0.1:4000).
+    pub listen: SocketAddr,
+    /// Optional second listener for metrics; never equal to `listen`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Upstream providers, in config order.
+    pub providers: Vec<ProviderConfig>,
+    /// Model aliases, in config order.
+    pub aliases: Vec<AliasConfig>,
+    /// Routing and limits tuning.
+    pub routing: RoutingConfig,
+}
+
+/// One upstream provider (`[provider.NAME]`).
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// The provider's name, matching `[A-Za-z0-9_.-]+` (used in headers and metric labels).
+    pub name: String,
+    /// Which API dialect it speaks.
+    pub kind: ProviderKind,
+    /// Explicit base URL; for non-OpenAI kinds it replaces the derived host and path prefix.
+    pub base_url: Option<BaseUrl>,
+    /// API key, if set and non-empty after expansion.
+    pub api_key: Option<Secret>,
+}
+
+/// The API dialect of a provider and the settings that dialect needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// OpenAI-compatible API (OpenAI, Groq, vLLM, Ollama, ...); needs `base_url`.
+    OpenAiCompatible,
+    /// Azure OpenAI (`azure_openai = { resource_name, api_version }`).
+    AzureOpenAi {
+        /// The Azure resource, as in `{resource_name}.openai.azure.com`.
+        resource_name: String,
+        /// The `api-version` query parameter.
+        api_version: String,
+    },
+    /// Google AI Studio Gemini API (`google_ai = { api_version }`, default v1beta).
+    GoogleAi {
+        /// The API version path segment.
+        api_version: String,
+    },
+    /// Anthropic Messages API (`anthropic = { version }`, default 2023-06-01).
+    Anthropic {
+        /// The `anthropic-version` header value.
+        version: String,
+    },
+    /// Google Vertex AI (`vertex_ai = { project_id, location }`); uses OAuth, not API keys.
+    VertexAi {
+        /// The GCP project id.
+        project_id: String,
+        /// The GCP region, e.g. us-central1.
+        location: String,
+    },
+}
+
+/// A model alias: the interchangeable candidates a request for `name` may be routed to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasConfig {
+    /// The alias clients ask for.
+    pub name: String,
+    /// Candidates in config order; never empty, no duplicates.
+    pub candidates: Vec<CandidateConfig>,
+}
+
+/// One (provider, model) pair an alias may route to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CandidateConfig {
+    /// Name of a configured provider.
+    pub provider: String,
+    /// The upstream model name sent to that provider.
+    pub model: String,
+}
+
+/// Routing tuning and request limits (`[routing]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutingConfig {
+    /// EWMA smoothing factor for latency, in (0, 1].
+    pub ewma_alpha: f64,
+    /// How strongly to favour the fastest candidate, in (0, 20].
+    pub exploit_k: f64,
+    /// Minimum share of traffic each healthy candidate gets, in [0, 0.5].
+    pub probe_floor: f64,
+    /// Error rate above which a candidate counts as unhealthy, in (0, 1].
+    pub error_threshold: f64,
+    /// Time allowed to connect to an upstream.
+    pub connect_timeout: Duration,
+    /// Max silence before response headers and between body chunks.
+    pub read_timeout: Duration,
+    /// Per-request body size cap in bytes.
+    pub max_body_bytes: u64,
+    /// Aggregate buffering budget in bytes; `None` means derive it from the cgroup later.
+    /// `Some(0)` is passed through as written.
+    pub max_buffered_bytes: Option<u64>,
+    /// Time allowed to read the request headers.
+    pub header_timeout: Duration,
+    /// Time allowed to read the request body.
+    pub body_timeout: Duration,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> RoutingConfig {
+        RoutingConfig {
+            ewma_alpha: 0.3,
+            exploit_k: 3.0,
+            probe_floor: 0.01,
+            error_threshold: 0.5,
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(60),
+            max_body_bytes: 32 * 1024 * 1024,
+            max_buffered_bytes: None,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The listen address used when `listen` is absent.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:4000";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_defaults() {
+        let r = RoutingConfig::default();
+        assert_eq!(r.ewma_alpha, 0.3);
+        assert_eq!(r.exploit_k, 3.0);
+        assert_eq!(r.probe_floor, 0.01);
+        assert_eq!(r.error_threshold, 0.5);
+        assert_eq!(r.connect_timeout, Duration::from_secs(10));
+        assert_eq!(r.read_timeout, Duration::from_secs(60));
+        assert_eq!(r.max_body_bytes, 33_554_432);
+        assert_eq!(r.max_buffered_bytes, None);
+        assert_eq!(r.header_timeout, Duration::from_secs(10));
+        assert_eq!(r.body_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn default_listen_parses() {
+        let addr: SocketAddr = DEFAULT_LISTEN.parse().unwrap();
+        assert_eq!(addr.port(), 4000);
+    }
+}

@@ -1,0 +1,17 @@
+//! sturnus: a small, fast, auditable LLM routing sidecar built on Pingora.
+//!
+//! Clients ask for a model alias; sturnus sends each request to whichever interchangeable
+//! (provider, model) candidate is fastest and healthy right now, rewriting only the `model`
+//! value of the body. See `README.md` for the product and `docs/` for depth.
+
+pub mod admin;
+pub mod app;
+pub mod body;
+pub mod catalog;
+pub mod cli;
+pub mod config;
+pub mod providers;
+pub mod proxy;
+pub mod routing;
+pub mod server;
+pub mod simulated;

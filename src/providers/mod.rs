@@ -1,0 +1,272 @@
+//! Providers: where a candidate's request goes and how it authenticates.
+//!
+//! Every provider is reached through its OpenAI-compatible HTTP API, so kinds differ only in the
+//! URL shape ([`Endpoint`]) and the auth headers ([`Credential`]). One small file per kind builds
+//! both from config; the proxy never knows which kind it is talking to.
+
+mod anthropic;
+mod azure;
+pub mod credential;
+mod google_ai;
+mod openai;
+pub mod resolve;
+pub mod tls;
+mod vertex;
+
+use crate::config::{ProviderConfig, ProviderKind};
+pub use credential::{Credential, CredentialError};
+use pingora::http::RequestHeader;
+use pingora_core::upstreams::peer::HttpPeer;
+use resolve::HostAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a provider kind maps the client's `/v1/...` path onto the provider's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PathStyle {
+    /// `{prefix}{path after /v1}` with the client's query string kept.
+    Append,
+    /// Azure's deployment URLs: `{prefix}/deployments/{model}{path}?api-version=…`.
+    AzureDeployment {
+        /// The `api-version` query value sturnus sets.
+        api_version: String,
+    },
+}
+
+/// Where a provider lives: scheme, host, port and path prefix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// Whether the connection uses TLS.
+    pub tls: bool,
+    /// Host name or IP literal (also the SNI and `Host` header).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Path prefix without a trailing slash, e.g. `/openai/v1`.
+    pub prefix: String,
+    /// How the rest of the path is built.
+    pub style: PathStyle,
+}
+
+impl Endpoint {
+    /// An endpoint that appends the client's path to `prefix` on an HTTPS host.
+    pub fn https(host: impl Into<String>, prefix: impl Into<String>) -> Self {
+        Endpoint {
+            tls: true,
+            host: host.into(),
+            port: 443,
+            prefix: prefix.into(),
+            style: PathStyle::Append,
+        }
+    }
+
+    /// The same endpoint with scheme, host, port and prefix taken from a configured `base_url`.
+    fn overridden_by(mut self, cfg: &ProviderConfig) -> Self {
+        if let Some(base) = &cfg.base_url {
+            self.tls = base.tls;
+            self.host = base.host.clone();
+            self.port = base.port;
+            self.prefix = base.path.clone();
+        }
+        self
+    }
+
+    /// The `Host` header value: the host, with the port when it is not the scheme's default.
+    fn host_header(&self) -> String {
+        let default_port = if self.tls { 443 } else { 80 };
+        if self.port == default_port {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The upstream path and query for a client path suffix (after `/v1`) and candidate model.
+    pub fn path_and_query(&self, suffix: &str, query: Option<&str>, model: &str) -> String {
+        match &self.style {
+            PathStyle::Append => match query {
+                Some(q) if !q.is_empty() => format!("{}{}?{}", self.prefix, suffix, q),
+                _ => format!("{}{}", self.prefix, suffix),
+            },
+            PathStyle::AzureDeployment { api_version } => {
+                let mut out = format!(
+                    "{}/deployments/{}{}?",
+                    self.prefix,
+                    percent_encode_segment(model),
+                    suffix
+                );
+                for pair in query.unwrap_or("").split('&') {
+                    let key = pair.split('=').next().unwrap_or("");
+                    if !pair.is_empty() && key != "api-version" {
+                        out.push_str(pair);
+                        out.push('&');
+                    }
+                }
+                out.push_str("api-version=");
+                out.push_str(&percent_encode_segment(api_version));
+                out
+            }
+        }
+    }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (for a path segment or value).
+fn percent_encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Upstream connection settings shared by every provider.
+#[derive(Clone)]
+pub struct PeerSettings {
+    /// TCP (and TLS) connect timeout.
+    pub connect_timeout: Duration,
+    /// Maximum silence while waiting for response headers and between body chunks.
+    pub read_timeout: Duration,
+    /// Certificate authorities trusted for HTTPS providers.
+    pub roots: tls::TrustRoots,
+}
+
+/// One configured provider, ready to serve: endpoint, cached address and credential.
+pub struct Provider {
+    /// The `[provider.NAME]` name, used in headers, metrics and `/status`.
+    pub name: String,
+    /// Where requests go.
+    pub endpoint: Endpoint,
+    host_header: String,
+    addr: HostAddr,
+    credential: Arc<dyn Credential>,
+}
+
+impl std::fmt::Debug for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provider")
+            .field("name", &self.name)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Provider {
+    /// Builds a provider from its config section.
+    pub fn from_config(cfg: &ProviderConfig) -> Result<Provider, String> {
+        let (endpoint, credential) = match &cfg.kind {
+            ProviderKind::OpenAiCompatible => openai::build(cfg)?,
+            ProviderKind::AzureOpenAi {
+                resource_name,
+                api_version,
+            } => azure::build(cfg, resource_name, api_version)?,
+            ProviderKind::GoogleAi { api_version } => google_ai::build(cfg, api_version)?,
+            ProviderKind::Anthropic { version } => anthropic::build(cfg, version)?,
+            ProviderKind::VertexAi {
+                project_id,
+                location,
+            } => vertex::build(cfg, project_id, location)?,
+        };
+        let endpoint = endpoint.overridden_by(cfg);
+        Ok(Provider {
+            name: cfg.name.clone(),
+            host_header: endpoint.host_header(),
+            addr: HostAddr::new(&endpoint.host, endpoint.port),
+            endpoint,
+            credential,
+        })
+    }
+
+    /// The `Host` header value for requests to this provider.
+    pub fn host_header(&self) -> &str {
+        &self.host_header
+    }
+
+    /// Sets this provider's auth headers on an upstream request.
+    pub fn authorize(&self, req: &mut RequestHeader) -> Result<(), CredentialError> {
+        self.credential.apply(req)
+    }
+
+    /// Checks, without a request at hand, whether the credential can currently authorize one.
+    pub fn credential_ready(&self) -> Result<(), CredentialError> {
+        self.credential.ready()
+    }
+
+    /// A Pingora peer for this provider, with the address resolved asynchronously.
+    pub async fn peer(&self, settings: &PeerSettings) -> Result<HttpPeer, String> {
+        let addr = self.addr.get().await?;
+        let sni = if self.endpoint.tls {
+            self.endpoint.host.clone()
+        } else {
+            String::new()
+        };
+        let mut peer = HttpPeer::new(addr, self.endpoint.tls, sni);
+        let options = &mut peer.options;
+        options.connection_timeout = Some(settings.connect_timeout);
+        options.total_connection_timeout = Some(settings.connect_timeout);
+        options.read_timeout = Some(settings.read_timeout);
+        options.write_timeout = Some(settings.read_timeout);
+        options.idle_timeout = Some(Duration::from_secs(60));
+        if self.endpoint.tls {
+            options.ca = Some(settings.roots.clone());
+        }
+        Ok(peer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(style: PathStyle) -> Endpoint {
+        Endpoint {
+            tls: true,
+            host: "example.com".into(),
+            port: 443,
+            prefix: "/openai".into(),
+            style,
+        }
+    }
+
+    #[test]
+    fn append_keeps_the_query() {
+        let e = endpoint(PathStyle::Append);
+        assert_eq!(
+            e.path_and_query("/chat/completions", Some("a=1&b=2"), "m"),
+            "/openai/chat/completions?a=1&b=2"
+        );
+        assert_eq!(
+            e.path_and_query("/embeddings", None, "m"),
+            "/openai/embeddings"
+        );
+    }
+
+    #[test]
+    fn azure_deployment_path_encodes_model_and_owns_api_version() {
+        let e = endpoint(PathStyle::AzureDeployment {
+            api_version: "2024-10-21".into(),
+        });
+        assert_eq!(
+            e.path_and_query(
+                "/chat/completions",
+                Some("api-version=old&x=1"),
+                "gpt 4o/mini"
+            ),
+            "/openai/deployments/gpt%204o%2Fmini/chat/completions?x=1&api-version=2024-10-21"
+        );
+    }
+
+    #[test]
+    fn host_header_carries_non_default_ports() {
+        let mut e = endpoint(PathStyle::Append);
+        assert_eq!(e.host_header(), "example.com");
+        e.port = 8443;
+        assert_eq!(e.host_header(), "example.com:8443");
+        e.tls = false;
+        e.port = 80;
+        assert_eq!(e.host_header(), "example.com");
+    }
+}

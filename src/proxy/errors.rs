@@ -1,0 +1,206 @@
+//! Errors sturnus itself produces, in OpenAI's error shape, and how transport failures map to them.
+//!
+//! `{"error":{"message":"…","type":"…","param":…,"code":…}}`: SDKs already know how to surface it.
+
+use crate::routing::ErrorKind;
+use pingora_core::{Error, ErrorSource, ErrorType};
+
+/// One error answer: HTTP status plus the OpenAI error object's fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub status: u16,
+    /// Human-readable, precise message (never contains secrets).
+    pub message: String,
+    /// OpenAI error `type`.
+    pub kind: &'static str,
+    /// The offending request parameter, if any.
+    pub param: Option<&'static str>,
+    /// Machine-readable error code, if any.
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+        }
+    }
+
+    /// 400: the request itself is malformed.
+    pub fn invalid_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        ApiError {
+            param,
+            ..Self::new(400, "invalid_request_error", message)
+        }
+    }
+
+    /// 404: the requested model is not a configured alias.
+    pub fn model_not_found(model: &str) -> Self {
+        let mut shown: String = model.chars().take(200).collect();
+        if shown.len() < model.len() {
+            shown.push('…');
+        }
+        ApiError {
+            param: Some("model"),
+            code: Some("model_not_found"),
+            ..Self::new(
+                404,
+                "invalid_request_error",
+                format!(
+                    "The model `{shown}` does not exist: it is not an alias configured in sturnus"
+                ),
+            )
+        }
+    }
+
+    /// 404: nothing is served at this path.
+    pub fn unknown_path(method: &str, path: &str) -> Self {
+        ApiError {
+            code: Some("unknown_url"),
+            ..Self::new(
+                404,
+                "invalid_request_error",
+                format!("Unknown request URL: {method} {path}"),
+            )
+        }
+    }
+
+    /// 405: the path exists but not for this method.
+    pub fn method_not_allowed(method: &str, path: &str, allowed: &str) -> Self {
+        ApiError {
+            code: Some("method_not_allowed"),
+            ..Self::new(
+                405,
+                "invalid_request_error",
+                format!("Method {method} is not allowed for {path}; use {allowed}"),
+            )
+        }
+    }
+
+    /// 413: the request body exceeds the per-request cap.
+    pub fn body_too_large(limit: u64) -> Self {
+        ApiError {
+            code: Some("request_too_large"),
+            ..Self::new(
+                413,
+                "invalid_request_error",
+                format!("Request body exceeds the limit of {limit} bytes"),
+            )
+        }
+    }
+
+    /// 503: the provider's credential cannot authorize requests right now.
+    pub fn credential_unavailable(provider: &str, why: &str) -> Self {
+        ApiError {
+            code: Some("provider_credentials_unavailable"),
+            ..Self::new(
+                503,
+                "server_error",
+                format!("Provider `{provider}` cannot be authorized: {why}"),
+            )
+        }
+    }
+
+    /// The answer for a failure to reach or read from a provider.
+    pub fn upstream(provider: &str, kind: ErrorKind, detail: &str) -> Self {
+        let (status, code, what) = match kind {
+            ErrorKind::Timeout => (504, "upstream_timeout", "timed out"),
+            ErrorKind::Connect => (502, "upstream_connect_error", "could not be reached"),
+            ErrorKind::Dns => (502, "upstream_dns_error", "could not be resolved"),
+            ErrorKind::Tls => (502, "upstream_tls_error", "failed the TLS handshake"),
+            ErrorKind::Auth => (
+                503,
+                "provider_credentials_unavailable",
+                "cannot be authorized",
+            ),
+            _ => (502, "upstream_error", "failed"),
+        };
+        ApiError {
+            code: Some(code),
+            ..Self::new(
+                status,
+                "server_error",
+                format!("Provider `{provider}` {what}: {detail}"),
+            )
+        }
+    }
+
+    /// The JSON body.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }))
+        .unwrap_or_default()
+    }
+}
+
+/// Which transport-failure kind a Pingora error is, when it came from the upstream side.
+pub fn classify(e: &Error) -> Option<ErrorKind> {
+    use ErrorType::*;
+    if e.esource() != &ErrorSource::Upstream && !matches!(e.etype(), ConnectTimedout) {
+        return None;
+    }
+    Some(match e.etype() {
+        ConnectTimedout | ReadTimedout | WriteTimedout => ErrorKind::Timeout,
+        ConnectRefused | ConnectNoRoute | ConnectError | BindError | SocketError => {
+            ErrorKind::Connect
+        }
+        TLSHandshakeFailure | TLSHandshakeTimedout | InvalidCert | HandshakeError
+        | TLSWantX509Lookup => ErrorKind::Tls,
+        _ => ErrorKind::Reset,
+    })
+}
+
+/// A short, secret-free description of a Pingora error for an error message.
+pub fn describe(e: &Error) -> String {
+    let mut text = e.etype().as_str().to_string();
+    if let Some(cause) = e.root_cause().to_string().split('\n').next() {
+        if !cause.is_empty() && cause != text {
+            text.push_str(": ");
+            text.push_str(cause);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_matches_openai() {
+        let v: serde_json::Value =
+            serde_json::from_slice(&ApiError::model_not_found("nope").to_json()).unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"], "model");
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert!(v["error"]["message"].as_str().unwrap().contains("`nope`"));
+        let v: serde_json::Value =
+            serde_json::from_slice(&ApiError::invalid_request("bad", None).to_json()).unwrap();
+        assert_eq!(v["error"]["param"], serde_json::Value::Null);
+        assert_eq!(v["error"]["code"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn timeouts_are_504_and_others_502() {
+        assert_eq!(ApiError::upstream("p", ErrorKind::Timeout, "x").status, 504);
+        assert_eq!(ApiError::upstream("p", ErrorKind::Connect, "x").status, 502);
+        assert_eq!(ApiError::upstream("p", ErrorKind::Tls, "x").status, 502);
+    }
+
+    #[test]
+    fn long_model_names_are_cut_in_messages() {
+        let long = "m".repeat(5000);
+        assert!(ApiError::model_not_found(&long).message.len() < 400);
+    }
+}

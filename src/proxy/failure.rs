@@ -1,0 +1,49 @@
+//! What the client gets when proxying fails: a JSON 502/504 for provider failures.
+
+use super::ctx::RequestCtx;
+use super::errors::{self, ApiError};
+use super::respond;
+use pingora_core::{Error, ErrorSource, ErrorType};
+use pingora_proxy::{FailToProxy, Session};
+
+/// Answers a failed request (if nothing was sent yet) and returns the status for logging.
+pub async fn respond(session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> FailToProxy {
+    let provider = ctx
+        .route
+        .as_ref()
+        .map(|r| r.candidate.provider.name.clone())
+        .unwrap_or_default();
+    let err = match (e.etype(), errors::classify(e)) {
+        (ErrorType::HTTPStatus(code), _) if *code >= 500 => {
+            ApiError::credential_unavailable(&provider, &errors::describe(e))
+        }
+        (_, Some(kind)) => ApiError::upstream(&provider, kind, &errors::describe(e)),
+        _ if e.esource() == &ErrorSource::Downstream => {
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            }
+        }
+        _ => ApiError {
+            status: 500,
+            message: "internal error in sturnus".into(),
+            kind: "server_error",
+            param: None,
+            code: Some("internal_error"),
+        },
+    };
+    let already_answered = session.response_written().is_some();
+    if !already_answered {
+        session.set_keepalive(None);
+        if respond::send(session, err.status, "application/json", err.to_json(), &[])
+            .await
+            .is_err()
+        {
+            log::debug!("could not write the error answer; the client is gone");
+        }
+    }
+    FailToProxy {
+        error_code: if already_answered { 0 } else { err.status },
+        can_reuse_downstream: false,
+    }
+}

@@ -1,0 +1,149 @@
+//! From an incoming request to a routing decision: path check, body, alias, candidate, splice.
+
+use super::body_intake;
+use super::ctx::{RequestCtx, Route};
+use super::errors::ApiError;
+use super::respond;
+use crate::app::App;
+use crate::body;
+use crate::routing::Mode;
+use bytes::Bytes;
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_core::Result;
+use pingora_proxy::Session;
+
+/// The OpenAI endpoints sturnus routes, by the path after `/v1`.
+const ROUTED: &[&str] = &[
+    "/chat/completions",
+    "/completions",
+    "/embeddings",
+    "/responses",
+];
+
+/// What `request_filter` does next with a request.
+pub enum Admission {
+    /// Routed, body fits Pingora's replay buffer: continue through the Pingora proxy hooks.
+    Proxy,
+    /// Routed, body too large for Pingora to replay: forward it on the direct path.
+    Direct {
+        /// The spliced body.
+        body: Bytes,
+        /// The chosen provider's peer.
+        peer: Box<HttpPeer>,
+    },
+    /// sturnus already answered (an error); nothing goes upstream.
+    Answered,
+}
+
+/// The path after `/v1` when the request targets a routed endpoint.
+pub fn routed_suffix(path: &str) -> Option<&'static str> {
+    let rest = path.strip_prefix("/v1")?;
+    ROUTED.iter().copied().find(|s| *s == rest)
+}
+
+/// Validates and routes one request; writes the error answer itself when it cannot be routed.
+pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Result<Admission> {
+    let header = session.req_header();
+    let path = header.uri.path().to_string();
+    let Some(suffix) = routed_suffix(&path) else {
+        let err = ApiError::unknown_path(header.method.as_str(), &path);
+        respond::error(session, &err, false).await?;
+        return Ok(Admission::Answered);
+    };
+    if header.method != http::Method::POST {
+        let err = ApiError::method_not_allowed(header.method.as_str(), &path, "POST");
+        respond::error(session, &err, false).await?;
+        return Ok(Admission::Answered);
+    }
+
+    let whole = match body_intake::read_whole(session, app.config.routing.max_body_bytes).await? {
+        Ok(whole) => whole,
+        Err(err) => {
+            session.set_keepalive(None);
+            respond::error(session, &err, true).await?;
+            return Ok(Admission::Answered);
+        }
+    };
+    ctx.request_bytes = whole.bytes.len() as u64;
+    let inspected = match body::inspect(&whole.bytes) {
+        Ok(inspected) => inspected,
+        Err(e) => {
+            let err = ApiError::invalid_request(e.to_string(), e.param());
+            respond::error(session, &err, true).await?;
+            return Ok(Admission::Answered);
+        }
+    };
+    let Some(alias) = app.catalog.alias(&inspected.model) else {
+        respond::error(session, &ApiError::model_not_found(&inspected.model), true).await?;
+        return Ok(Admission::Answered);
+    };
+
+    let mode = Mode::from_stream(inspected.stream);
+    let pin = session
+        .req_header()
+        .headers
+        .get("x-session-affinity")
+        .and_then(|v| v.to_str().ok());
+    let choice = alias.choose(mode, pin, &app.catalog.params);
+    let candidate = alias.candidates[choice.index].clone();
+    let spliced = Bytes::from(inspected.splice(&whole.bytes, &candidate.model));
+    let provider = candidate.provider.clone();
+    let path_and_query = provider.endpoint.path_and_query(
+        suffix,
+        session.req_header().uri.query(),
+        &candidate.model,
+    );
+    ctx.route = Some(Route {
+        alias: alias.name.clone(),
+        inflight: candidate.stats.begin_owned(),
+        candidate,
+        mode,
+        path_and_query,
+        body_len: spliced.len(),
+    });
+
+    if let Err(why) = provider.credential_ready() {
+        ctx.failure = Some(crate::routing::ErrorKind::Auth);
+        let err = ApiError::credential_unavailable(&provider.name, &why.0);
+        respond::error(session, &err, true).await?;
+        return Ok(Admission::Answered);
+    }
+    let peer = match provider.peer(&app.peer_settings).await {
+        Ok(peer) => Box::new(peer),
+        Err(why) => {
+            ctx.failure = Some(crate::routing::ErrorKind::Dns);
+            let err = ApiError::upstream(&provider.name, crate::routing::ErrorKind::Dns, &why);
+            respond::error(session, &err, true).await?;
+            return Ok(Admission::Answered);
+        }
+    };
+    if whole.replayable {
+        ctx.spliced = Some(spliced);
+        ctx.peer = Some(peer);
+        Ok(Admission::Proxy)
+    } else {
+        Ok(Admission::Direct {
+            body: spliced,
+            peer,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_four_openai_endpoints_are_routed() {
+        assert_eq!(
+            routed_suffix("/v1/chat/completions"),
+            Some("/chat/completions")
+        );
+        assert_eq!(routed_suffix("/v1/completions"), Some("/completions"));
+        assert_eq!(routed_suffix("/v1/embeddings"), Some("/embeddings"));
+        assert_eq!(routed_suffix("/v1/responses"), Some("/responses"));
+        assert_eq!(routed_suffix("/v1/chat/completions/"), None);
+        assert_eq!(routed_suffix("/chat/completions"), None);
+        assert_eq!(routed_suffix("/v1/models"), None);
+    }
+}

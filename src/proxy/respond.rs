@@ -1,0 +1,59 @@
+//! Writing answers that sturnus produces itself (errors, admin JSON) to the client.
+
+use super::errors::ApiError;
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora_core::Result;
+use pingora_proxy::Session;
+
+/// Writes a complete response with the given content type and body.
+pub async fn send(
+    session: &mut Session,
+    status: u16,
+    content_type: &str,
+    body: Vec<u8>,
+    extra_headers: &[(&'static str, String)],
+) -> Result<()> {
+    let mut header = ResponseHeader::build(status, Some(3 + extra_headers.len()))?;
+    header.insert_header(http::header::CONTENT_TYPE, content_type)?;
+    header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
+    for (name, value) in extra_headers {
+        header.insert_header(*name, value.as_str())?;
+    }
+    session
+        .write_response_header(Box::new(header), body.is_empty())
+        .await?;
+    if !body.is_empty() {
+        session
+            .write_response_body(Some(Bytes::from(body)), true)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Writes an OpenAI-shaped error. The connection is closed afterwards when the request body
+/// was not (or not completely) read, so leftover bytes are never parsed as a next request.
+pub async fn error(session: &mut Session, err: &ApiError, body_consumed: bool) -> Result<()> {
+    if !body_consumed && !drain_small_body(session).await {
+        session.set_keepalive(None);
+    }
+    send(session, err.status, "application/json", err.to_json(), &[]).await
+}
+
+/// Largest unread request body sturnus drains (rather than closing) before answering early.
+const DRAIN_LIMIT: u64 = 1 << 20;
+
+/// Drains an unread request body when it is small enough; false when it was not drained.
+async fn drain_small_body(session: &mut Session) -> bool {
+    let declared = session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(len) if len <= DRAIN_LIMIT => session.drain_request_body().await.is_ok(),
+        None if session.is_body_empty() => true,
+        _ => false,
+    }
+}

@@ -1,0 +1,110 @@
+//! The request header a provider receives; one implementation for both forwarding paths.
+
+use crate::providers::{CredentialError, Provider};
+use pingora::http::RequestHeader;
+
+/// Client headers that never reach a provider: client credentials, our own routing header,
+/// hop-by-hop headers, and framing that sturnus recomputes.
+const DROPPED: &[&str] = &[
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "cookie",
+    "x-session-affinity",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+    "content-length",
+    "host",
+];
+
+/// Rewrites a copy of the client's request header for the provider: path, `Host`, auth,
+/// `Content-Length` of the spliced body; every other client header passes through.
+pub fn prepare(
+    req: &mut RequestHeader,
+    provider: &Provider,
+    path_and_query: &str,
+    body_len: usize,
+) -> Result<(), CredentialError> {
+    // Headers the client's `Connection` header names are hop-by-hop too.
+    let named: Vec<String> = req
+        .headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    for name in named
+        .iter()
+        .map(String::as_str)
+        .chain(DROPPED.iter().copied())
+    {
+        req.remove_header(name);
+    }
+    let uri = http::Uri::try_from(path_and_query)
+        .map_err(|_| CredentialError("the upstream path is not a valid URI".into()))?;
+    req.set_uri(uri);
+    req.set_version(http::Version::HTTP_11);
+    let _ = req.insert_header(http::header::HOST, provider.host_header());
+    let _ = req.insert_header(http::header::CONTENT_LENGTH, body_len.to_string());
+    provider.authorize(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BaseUrl, ProviderConfig, ProviderKind, Secret};
+
+    fn provider() -> Provider {
+        Provider::from_config(&ProviderConfig {
+            name: "p".into(),
+            kind: ProviderKind::OpenAiCompatible,
+            base_url: Some(BaseUrl {
+                tls: false,
+                host: "127.0.0.1".into(),
+                port: 9000,
+                path: "/v1".into(),
+            }),
+            api_key: Some(Secret::new("sk-provider")),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn client_credentials_and_hop_headers_are_replaced() {
+        let mut req = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+        for (k, v) in [
+            ("authorization", "Bearer client"),
+            ("x-api-key", "client"),
+            ("api-key", "client"),
+            ("cookie", "a=b"),
+            ("x-session-affinity", "p/m"),
+            ("transfer-encoding", "chunked"),
+            ("openai-beta", "assistants=v2"),
+            ("host", "127.0.0.1:4000"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+        ] {
+            req.append_header(k, v).unwrap();
+        }
+        prepare(&mut req, &provider(), "/v1/chat/completions?x=1", 42).unwrap();
+        let h = &req.headers;
+        assert_eq!(h["authorization"], "Bearer sk-provider");
+        assert!(h.get("x-api-key").is_none() && h.get("api-key").is_none());
+        assert!(h.get("cookie").is_none() && h.get("x-session-affinity").is_none());
+        assert!(h.get("transfer-encoding").is_none() && h.get("x-hop").is_none());
+        assert_eq!(h["openai-beta"], "assistants=v2");
+        assert_eq!(h["host"], "127.0.0.1:9000");
+        assert_eq!(h["content-length"], "42");
+        assert_eq!(req.uri, "/v1/chat/completions?x=1");
+    }
+}

@@ -1,0 +1,23 @@
+//! Latency- and health-aware routing across an alias's (provider, model) candidates.
+//!
+//! Self-contained: depends on no other sturnus module and takes plain parameters.
+//! - [`tracker`]: lock-free per-candidate stats (latency EWMA per mode, success EWMA, in-flight,
+//!   last error, counters) shared by every alias listing the candidate.
+//! - [`selector`]: the pure share computation, the weighted pick and the pin rule.
+//! - [`affinity`]: the `<provider>/<model>` session-affinity header value.
+//! - [`rng`]: small thread-local and seedable random sources.
+
+pub mod affinity;
+pub mod rng;
+pub mod selector;
+pub mod tracker;
+
+pub use rng::{RngSource, SplitMix64, ThreadRng};
+pub use selector::{
+    choose, pick_index, shares, shares_for, Choice, RoutingParams, COLD_WEIGHT, INLINE_CANDIDATES,
+    MIN_LATENCY_US, MIN_SUCCESS,
+};
+pub use tracker::{
+    CandidateStats, ErrorKind, Health, InflightGuard, Mode, Outcome, OwnedInflightGuard, Snapshot,
+    StatsSnapshot,
+};

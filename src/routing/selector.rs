@@ -1,0 +1,672 @@
+//! Turning candidate statistics into traffic shares and picking one candidate.
+//!
+//! [`shares`] is the pure scoring core shared by the proxy, /status and the simulator;
+//! [`pick_index`] maps a uniform draw onto shares; [`choose`] is one alias's hot-path entry
+//! point (pin rule + weighted pick) and allocates nothing for up to [`INLINE_CANDIDATES`].
+
+use super::rng::RngSource;
+use super::tracker::{CandidateStats, Mode, Snapshot};
+
+/// Raw weight of a cold candidate, relative to the best warm candidate's 1.0.
+pub const COLD_WEIGHT: f64 = 0.25;
+
+/// Lower bound on the success rate when inflating latency, so a dead candidate stays finite.
+pub const MIN_SUCCESS: f64 = 0.001;
+
+/// Lower bound on latency (µs) used in scoring, so a 0 µs sample cannot divide by zero.
+pub const MIN_LATENCY_US: f64 = 1.0;
+
+/// Candidate count up to which [`choose`] works entirely on the stack.
+pub const INLINE_CANDIDATES: usize = 16;
+
+/// Tunables of the routing algorithm (from the config's routing section).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoutingParams {
+    /// EWMA smoothing in (0, 1]: new = alpha*sample + (1-alpha)*old.
+    pub ewma_alpha: f64,
+    /// Exploitation exponent k: raw weight = (best_effective / effective)^k.
+    pub exploit_k: f64,
+    /// Minimum traffic share every candidate keeps, so slow ones are still probed.
+    pub probe_floor: f64,
+    /// Error rate (1 - success) above which a candidate is "degraded" and pins are ignored.
+    pub error_threshold: f64,
+}
+
+impl Default for RoutingParams {
+    fn default() -> Self {
+        Self {
+            ewma_alpha: 0.3,
+            exploit_k: 3.0,
+            probe_floor: 0.01,
+            error_threshold: 0.5,
+        }
+    }
+}
+
+impl RoutingParams {
+    /// Range check for config validation; the message names the offending field.
+    pub fn check(&self) -> Result<(), &'static str> {
+        if !(self.ewma_alpha > 0.0 && self.ewma_alpha <= 1.0) {
+            return Err("ewma_alpha must be in (0, 1]");
+        }
+        if !(self.exploit_k.is_finite() && self.exploit_k >= 0.0) {
+            return Err("exploit_k must be a finite number >= 0");
+        }
+        if !(self.probe_floor >= 0.0 && self.probe_floor < 1.0) {
+            return Err("probe_floor must be in [0, 1)");
+        }
+        if !(self.error_threshold >= 0.0 && self.error_threshold <= 1.0) {
+            return Err("error_threshold must be in [0, 1]");
+        }
+        Ok(())
+    }
+}
+
+/// Result of [`choose`]: which candidate (config order) and whether a pin decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// Index into the alias's candidate list.
+    pub index: usize,
+    /// True when the session-affinity pin was honoured.
+    pub pinned_honoured: bool,
+}
+
+/// Inverse effective latency ("speed", 1/µs) of a candidate: `success / latency`, with success
+/// clamped to `[MIN_SUCCESS, 1]` and latency to at least `MIN_LATENCY_US`; `-1.0` marks a cold
+/// candidate (no usable latency) as `-success`, so a cold candidate that keeps failing before
+/// any response (refused connects, DNS) still loses its share. Ratios of speeds are inverse ratios of effective latencies,
+/// and this form needs one division per candidate instead of two.
+#[inline]
+fn speed(latency_us: Option<f64>, success: f64) -> f64 {
+    // A NaN success rate (never produced by the tracker) counts as the worst.
+    let success = if success.is_nan() {
+        MIN_SUCCESS
+    } else {
+        success.clamp(MIN_SUCCESS, 1.0)
+    };
+    match latency_us {
+        Some(lat) if lat.is_finite() && lat >= 0.0 => success / lat.max(MIN_LATENCY_US),
+        _ => -success,
+    }
+}
+
+/// The exponent to use: `exploit_k` if finite and >= 0, else the default.
+#[inline]
+fn sane_k(k: f64) -> f64 {
+    if k.is_finite() && k >= 0.0 {
+        k
+    } else {
+        RoutingParams::default().exploit_k
+    }
+}
+
+/// `base^e` by repeated squaring (inline; `powi` is an out-of-line call on baseline x86-64).
+#[inline]
+fn pow_u32(mut base: f64, mut e: u32) -> f64 {
+    let mut acc = 1.0;
+    while e > 0 {
+        if e & 1 == 1 {
+            acc *= base;
+        }
+        base *= base;
+        e >>= 1;
+    }
+    acc
+}
+
+/// Shares (summing to 1) for one alias's candidates from their snapshots; the pure core used by
+/// proxy, /status and simulator. Writes `min(snaps.len(), out.len())` shares and zeroes any
+/// extra `out` slots.
+///
+/// Raw weight = (best_effective / effective)^k for warm candidates, [`COLD_WEIGHT`] for cold
+/// ones (all equal when every candidate is cold); then normalised and floored at
+/// `probe_floor` (an even split if `n * probe_floor >= 1`).
+pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
+    let n = snaps.len().min(out.len());
+    let (out, rest) = out.split_at_mut(n);
+    rest.iter_mut().for_each(|x| *x = 0.0);
+    for (o, s) in out.iter_mut().zip(snaps) {
+        *o = speed(s.latency_us, s.success);
+    }
+    speeds_to_shares(out, params);
+}
+
+/// In place: speeds from [`speed`] (negative = cold) become shares. The single scoring path
+/// behind both [`shares`] and [`choose`].
+fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    let k = sane_k(params.exploit_k);
+    let int_k = (k <= 64.0 && f64::from(k as u32) == k).then_some(k as u32);
+    let pow = |ratio: f64| match int_k {
+        Some(e) => pow_u32(ratio, e),
+        None => ratio.powf(k),
+    };
+    let best = out.iter().fold(0.0f64, |b, &v| b.max(v));
+    // With nothing warm, cold candidates split evenly (scaled by success^k, so one that keeps
+    // failing before any response still yields); otherwise a cold one probes at a quarter of
+    // the best's weight, scaled the same way. The best warm candidate has weight 1.
+    let cold_weight = if best <= 0.0 { 1.0 } else { COLD_WEIGHT };
+    let inv_best = if best <= 0.0 { 0.0 } else { 1.0 / best };
+    let mut sum = 0.0;
+    for o in out.iter_mut() {
+        *o = if *o < 0.0 {
+            cold_weight * pow(-*o)
+        } else {
+            pow((*o * inv_best).min(1.0))
+        };
+        sum += *o;
+    }
+    if !(sum > 0.0) {
+        out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
+        return;
+    }
+
+    // Normalise; the floor pass is only needed if some share fell below the floor.
+    let inv_sum = 1.0 / sum;
+    let mut min = f64::INFINITY;
+    for o in out.iter_mut() {
+        *o *= inv_sum;
+        min = min.min(*o);
+    }
+    if min < params.probe_floor {
+        apply_floor(out, params.probe_floor);
+    }
+}
+
+/// Raise normalised shares below `floor` to it and scale the rest down proportionally, until
+/// stable. Negative values mark "fixed at the floor" while iterating.
+fn apply_floor(out: &mut [f64], floor: f64) {
+    let n = out.len();
+    if floor.is_nan() || floor <= 0.0 || n == 0 {
+        return;
+    }
+    if n as f64 * floor >= 1.0 {
+        out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
+        return;
+    }
+    let mut fixed = 0usize;
+    let mut free_sum: f64 = out.iter().sum();
+    // Each round fixes at least one more candidate or finishes, so n + 1 rounds suffice.
+    for _ in 0..=n {
+        // free_sum includes the largest share (never fixed), so it stays well away from 0.
+        let scale = (1.0 - fixed as f64 * floor) / free_sum;
+        let mut changed = false;
+        for x in out.iter_mut() {
+            if *x >= 0.0 && *x * scale < floor {
+                fixed += 1;
+                free_sum -= *x;
+                *x = -1.0;
+                changed = true;
+            }
+        }
+        if !changed {
+            for x in out.iter_mut() {
+                *x = if *x < 0.0 { floor } else { *x * scale };
+            }
+            return;
+        }
+        if free_sum <= 0.0 {
+            break; // unreachable in exact arithmetic; fall back to the even split
+        }
+    }
+    out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
+}
+
+/// Index whose cumulative share interval contains `r` (uniform in [0, 1)). Negative/NaN shares
+/// count as 0; rounding leftovers go to the last candidate with a positive share; empty -> 0.
+pub fn pick_index(shares: &[f64], r: f64) -> usize {
+    let r = if r.is_nan() { 0.0 } else { r };
+    let mut acc = 0.0;
+    let mut last_positive = 0;
+    for (i, &s) in shares.iter().enumerate() {
+        let s = s.max(0.0);
+        if s > 0.0 {
+            acc += s;
+            last_positive = i;
+            if r < acc {
+                return i;
+            }
+        }
+    }
+    last_positive
+}
+
+/// One alias's routing decision. `cands` are the alias's candidates in config order (anything
+/// that derefs to stats: `&CandidateStats`, `Arc<CandidateStats>`, ...); `pinned` is the index
+/// named by a session-affinity header, if any. Returns `None` only for an empty list.
+pub fn choose<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    pinned: Option<usize>,
+    params: &RoutingParams,
+    rng: &mut impl RngSource,
+) -> Option<Choice> {
+    if let Some(i) = pinned {
+        if let Some(c) = cands.get(i) {
+            if c.as_ref().error_rate() <= params.error_threshold {
+                return Some(Choice {
+                    index: i,
+                    pinned_honoured: true,
+                });
+            }
+        }
+    }
+    let n = cands.len();
+    let index = match n {
+        0 => return None,
+        1 => 0,
+        _ if n <= INLINE_CANDIDATES => {
+            let mut w = [0.0f64; INLINE_CANDIDATES];
+            weighted_pick(cands, mode, params, rng, &mut w[..n])
+        }
+        _ => weighted_pick(cands, mode, params, rng, &mut vec![0.0f64; n]),
+    };
+    Some(Choice {
+        index,
+        pinned_honoured: false,
+    })
+}
+
+/// Score and draw using a caller-provided buffer of length `cands.len()`; reads the stats
+/// straight into speeds (same scoring path as [`shares`], without building snapshots).
+fn weighted_pick<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    params: &RoutingParams,
+    rng: &mut impl RngSource,
+    w: &mut [f64],
+) -> usize {
+    for (o, c) in w.iter_mut().zip(cands) {
+        let c = c.as_ref();
+        *o = speed(c.latency_us(mode), c.success());
+    }
+    speeds_to_shares(w, params);
+    pick_index(w, rng.next_f64())
+}
+
+/// Current shares for all candidates of an alias (allocates; for /status and metrics).
+pub fn shares_for<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    params: &RoutingParams,
+) -> Vec<f64> {
+    let snaps: Vec<Snapshot> = cands.iter().map(|c| c.as_ref().snapshot(mode)).collect();
+    let mut out = vec![0.0; snaps.len()];
+    shares(&snaps, params, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rng::SplitMix64;
+    use super::super::tracker::Outcome;
+    use super::*;
+    use std::sync::Arc;
+
+    fn warm(lat: f64, success: f64) -> Snapshot {
+        Snapshot {
+            latency_us: Some(lat),
+            success,
+            inflight: 0,
+        }
+    }
+
+    fn no_floor() -> RoutingParams {
+        RoutingParams {
+            probe_floor: 0.0,
+            ..RoutingParams::default()
+        }
+    }
+
+    fn run(snaps: &[Snapshot], p: &RoutingParams) -> Vec<f64> {
+        let mut out = vec![f64::NAN; snaps.len()];
+        shares(snaps, p, &mut out);
+        out
+    }
+
+    fn assert_close(a: f64, b: f64) {
+        assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+    }
+
+    #[test]
+    fn faster_candidate_gets_ratio_to_the_k() {
+        // 100 µs vs 200 µs with k=3: raw 1 and 1/8.
+        let s = run(&[warm(100.0, 1.0), warm(200.0, 1.0)], &no_floor());
+        assert_close(s[0], 1.0 / 1.125);
+        assert_close(s[1], 0.125 / 1.125);
+        assert_close(s[0] / s[1], 8.0);
+        let k2 = RoutingParams {
+            exploit_k: 2.0,
+            ..no_floor()
+        };
+        let s = run(&[warm(100.0, 1.0), warm(200.0, 1.0)], &k2);
+        assert_close(s[0] / s[1], 4.0);
+        let frac = RoutingParams {
+            exploit_k: 1.5,
+            ..no_floor()
+        };
+        let s = run(&[warm(100.0, 1.0), warm(400.0, 1.0)], &frac);
+        assert_close(s[0] / s[1], 8.0);
+    }
+
+    #[test]
+    fn failing_candidate_latency_inflates() {
+        // Same latency, half success: effective latency doubles -> weight 1/8.
+        let s = run(&[warm(100.0, 1.0), warm(100.0, 0.5)], &no_floor());
+        assert_close(s[0] / s[1], 8.0);
+        // Success 0 is clamped to 0.001: effective 1000x -> weight 1e-9.
+        let s = run(&[warm(100.0, 1.0), warm(100.0, 0.0)], &no_floor());
+        assert_close(s[1] / s[0], 1e-9);
+        // A slow-but-healthy candidate beats a fast-but-failing one.
+        let s = run(&[warm(150.0, 1.0), warm(100.0, 0.5)], &no_floor());
+        assert!(s[0] > s[1]);
+    }
+
+    #[test]
+    fn cold_gets_quarter_of_best() {
+        let s = run(&[warm(100.0, 1.0), Snapshot::COLD], &no_floor());
+        assert_close(s[1] / s[0], 0.25);
+        assert_close(s[0] + s[1], 1.0);
+    }
+
+    #[test]
+    fn cold_candidate_that_keeps_failing_yields_its_share() {
+        let failing_cold = Snapshot {
+            latency_us: None,
+            success: 0.1,
+            inflight: 0,
+        };
+        // Next to a warm candidate: 0.25 * 0.1^3 of the best's weight.
+        let s = run(&[warm(100.0, 1.0), failing_cold], &no_floor());
+        assert_close(s[1] / s[0], 0.25 * 0.001);
+        // Among cold candidates only: weighted by success^3 instead of even.
+        let s = run(&[Snapshot::COLD, failing_cold], &no_floor());
+        assert_close(s[1] / s[0], 0.001);
+    }
+
+    #[test]
+    fn all_cold_even_and_single_is_one() {
+        let s = run(&[Snapshot::COLD; 4], &RoutingParams::default());
+        for x in &s {
+            assert_close(*x, 0.25);
+        }
+        assert_eq!(run(&[warm(5.0, 0.2)], &RoutingParams::default()), vec![1.0]);
+        assert_eq!(run(&[Snapshot::COLD], &RoutingParams::default()), vec![1.0]);
+    }
+
+    #[test]
+    fn floor_raises_small_shares_and_keeps_sum() {
+        let p = RoutingParams::default(); // floor 0.01
+        let s = run(
+            &[warm(100.0, 1.0), warm(1000.0, 1.0), warm(5000.0, 0.1)],
+            &p,
+        );
+        assert_close(s[1], 0.01);
+        assert_close(s[2], 0.01);
+        assert_close(s[0], 0.98);
+        assert_close(s.iter().sum::<f64>(), 1.0);
+    }
+
+    #[test]
+    fn floor_cascade_is_iterated() {
+        // Second candidate is just above the floor before scaling and falls below after the
+        // tiny ones are raised: it must then be fixed at the floor too.
+        let p = RoutingParams {
+            probe_floor: 0.1,
+            exploit_k: 1.0,
+            ..RoutingParams::default()
+        };
+        // raw weights 1, 0.125, ~1e-5, ~1e-5: candidate 1 starts at 0.111 (above the floor)
+        // and would drop to 0.089 once the tiny ones are raised.
+        let s = run(
+            &[
+                warm(100.0, 1.0),
+                warm(800.0, 1.0),
+                warm(1e7, 1.0),
+                warm(1e7, 1.0),
+            ],
+            &p,
+        );
+        for x in &s {
+            assert!(*x >= 0.1 - 1e-12, "{s:?}");
+        }
+        assert_close(s[1], 0.1);
+        assert_close(s[0], 0.7);
+        assert_close(s.iter().sum::<f64>(), 1.0);
+    }
+
+    #[test]
+    fn floor_too_large_splits_evenly() {
+        let p = RoutingParams {
+            probe_floor: 0.3,
+            ..RoutingParams::default()
+        };
+        let s = run(
+            &[
+                warm(1.0, 1.0),
+                warm(1e6, 1.0),
+                warm(1e6, 1.0),
+                warm(1e6, 1.0),
+            ],
+            &p,
+        );
+        for x in &s {
+            assert_close(*x, 0.25);
+        }
+    }
+
+    #[test]
+    fn floor_and_sum_hold_over_many_random_inputs() {
+        let mut rng = SplitMix64::new(2024);
+        for case in 0..5_000 {
+            let n = 1 + (rng.next_u64() % 20) as usize;
+            let floor = [0.0, 0.001, 0.01, 0.05, 0.2][case % 5];
+            let p = RoutingParams {
+                probe_floor: floor,
+                exploit_k: [0.0, 1.0, 2.5, 3.0, 40.0][(case / 5) % 5],
+                ..RoutingParams::default()
+            };
+            let snaps: Vec<Snapshot> = (0..n)
+                .map(|_| {
+                    let cold = rng.next_u64() % 4 == 0;
+                    Snapshot {
+                        latency_us: if cold {
+                            None
+                        } else {
+                            Some(rng.next_f64() * 1e7)
+                        },
+                        success: rng.next_f64(),
+                        inflight: 0,
+                    }
+                })
+                .collect();
+            let s = run(&snaps, &p);
+            let sum: f64 = s.iter().sum();
+            assert!((sum - 1.0).abs() < 1e-12, "case {case}: sum {sum}");
+            let eff_floor = floor.min(1.0 / n as f64);
+            for x in &s {
+                assert!(
+                    x.is_finite() && *x >= eff_floor - 1e-12,
+                    "case {case}: {s:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn weird_inputs_do_not_produce_nan() {
+        let p = RoutingParams {
+            exploit_k: f64::NAN,
+            probe_floor: f64::NAN,
+            ..RoutingParams::default()
+        };
+        let snaps = [
+            warm(0.0, 1.0),
+            warm(f64::NAN, 1.0),
+            warm(100.0, f64::NAN),
+            warm(f64::INFINITY, 1.0),
+            warm(-3.0, 2.0),
+        ];
+        let s = run(&snaps, &p);
+        assert_close(s.iter().sum::<f64>(), 1.0);
+        assert!(s.iter().all(|x| x.is_finite() && *x >= 0.0), "{s:?}");
+        // Mismatched lengths: extra out slots zeroed, no panic.
+        let mut out = [9.0; 3];
+        shares(&[warm(1.0, 1.0)], &p, &mut out);
+        assert_eq!(out, [1.0, 0.0, 0.0]);
+        let mut empty: [f64; 0] = [];
+        shares(&snaps, &p, &mut empty);
+    }
+
+    #[test]
+    fn pick_index_distribution_matches_shares() {
+        let sh = [0.5, 0.2, 0.01, 0.29];
+        let n = 100_000;
+        let mut counts = [0usize; 4];
+        for i in 0..n {
+            // Deterministic evenly spaced r in [0, 1).
+            let r = (i as f64 + 0.5) / n as f64;
+            counts[pick_index(&sh, r)] += 1;
+        }
+        for (c, s) in counts.iter().zip(sh) {
+            let got = *c as f64 / n as f64;
+            assert!((got - s).abs() < 1e-3, "{got} vs {s}");
+        }
+        let mut rng = SplitMix64::new(99);
+        let mut counts = [0usize; 4];
+        for _ in 0..n {
+            counts[pick_index(&sh, rng.next_f64())] += 1;
+        }
+        for (c, s) in counts.iter().zip(sh) {
+            let got = *c as f64 / n as f64;
+            assert!((got - s).abs() < 0.01, "{got} vs {s}");
+        }
+    }
+
+    #[test]
+    fn pick_index_edges() {
+        assert_eq!(pick_index(&[0.5, 0.5], 0.0), 0);
+        assert_eq!(pick_index(&[0.5, 0.5], 0.5), 1);
+        // Rounding leftovers go to the last positive share, never a zero one.
+        assert_eq!(pick_index(&[0.3, 0.3, 0.0], 0.9999), 1);
+        assert_eq!(pick_index(&[0.5, 0.5], f64::NAN), 0);
+        assert_eq!(pick_index(&[0.0, 1.0], -1.0), 1);
+        assert_eq!(pick_index(&[], 0.3), 0);
+    }
+
+    fn stats(lat: Option<f64>, failures: usize) -> Arc<CandidateStats> {
+        let s = Arc::new(CandidateStats::new());
+        if let Some(l) = lat {
+            s.record_latency(Mode::NonStreaming, l, 1.0);
+        }
+        for _ in 0..failures {
+            s.record_outcome(Outcome::Failure, 0.3);
+        }
+        s
+    }
+
+    #[test]
+    fn pin_honoured_when_healthy_ignored_when_failing() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(1);
+        // Candidate 1 is much slower but pinned and healthy.
+        let cands = vec![stats(Some(100.0), 0), stats(Some(10_000.0), 0)];
+        let c = choose(&cands, Mode::NonStreaming, Some(1), &p, &mut rng);
+        assert_eq!(
+            c,
+            Some(Choice {
+                index: 1,
+                pinned_honoured: true
+            })
+        );
+        // 2 failures at alpha 0.3: success 0.49 -> error 0.51 > 0.5: pin ignored.
+        let cands = vec![stats(Some(100.0), 0), stats(Some(100.0), 2)];
+        let mut honoured = 0;
+        for _ in 0..1000 {
+            let c = choose(&cands, Mode::NonStreaming, Some(1), &p, &mut rng);
+            assert!(c.is_some_and(|c| !c.pinned_honoured));
+            if c.is_some_and(|c| c.index == 1) {
+                honoured += 1;
+            }
+        }
+        // Effective latency ~204 µs vs 100: share ~0.105 -> nowhere near always.
+        assert!(honoured < 200, "{honoured}");
+        // One failure: error 0.3 <= 0.5 -> honoured.
+        let cands = vec![stats(Some(100.0), 0), stats(Some(100.0), 1)];
+        let c = choose(&cands, Mode::NonStreaming, Some(1), &p, &mut rng);
+        assert_eq!(c.map(|c| (c.index, c.pinned_honoured)), Some((1, true)));
+        // Out-of-range pin falls back to weighted routing.
+        let c = choose(&cands, Mode::NonStreaming, Some(7), &p, &mut rng);
+        assert!(c.is_some_and(|c| !c.pinned_honoured && c.index < 2));
+    }
+
+    #[test]
+    fn choose_follows_shares_and_handles_sizes() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(5);
+        let empty: Vec<Arc<CandidateStats>> = Vec::new();
+        assert_eq!(choose(&empty, Mode::Streaming, None, &p, &mut rng), None);
+        let one = [CandidateStats::new()];
+        assert_eq!(
+            choose(&one, Mode::Streaming, None, &p, &mut rng).map(|c| c.index),
+            Some(0)
+        );
+        // 20 candidates (heap path): candidate 3 is fastest and should dominate.
+        let many: Vec<Arc<CandidateStats>> = (0..20)
+            .map(|i| stats(Some(if i == 3 { 100.0 } else { 1000.0 }), 0))
+            .collect();
+        let sh = shares_for(&many, Mode::NonStreaming, &p);
+        let mut hits = 0;
+        let n = 20_000;
+        for _ in 0..n {
+            if choose(&many, Mode::NonStreaming, None, &p, &mut rng).is_some_and(|c| c.index == 3) {
+                hits += 1;
+            }
+        }
+        let got = hits as f64 / n as f64;
+        assert!((got - sh[3]).abs() < 0.02, "{got} vs {}", sh[3]);
+        // Borrowed slice form works too (stack path).
+        let a = CandidateStats::new();
+        let b = CandidateStats::new();
+        let refs = [&a, &b];
+        let c = choose(&refs, Mode::NonStreaming, None, &p, &mut rng);
+        assert!(c.is_some_and(|c| c.index < 2));
+    }
+
+    #[test]
+    fn seeded_choices_are_reproducible() {
+        let p = RoutingParams::default();
+        let cands = vec![stats(Some(100.0), 0), stats(Some(130.0), 0), stats(None, 0)];
+        let seq = |seed| {
+            let mut rng = SplitMix64::new(seed);
+            (0..200)
+                .map(|_| {
+                    choose(&cands, Mode::NonStreaming, None, &p, &mut rng).map_or(99, |c| c.index)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(seq(11), seq(11));
+        assert!(seq(11).contains(&2), "cold candidate gets probed");
+    }
+
+    #[test]
+    fn params_check() {
+        assert!(RoutingParams::default().check().is_ok());
+        let bad = |f: fn(&mut RoutingParams)| {
+            let mut p = RoutingParams::default();
+            f(&mut p);
+            p.check().is_err()
+        };
+        assert!(bad(|p| p.ewma_alpha = 0.0));
+        assert!(bad(|p| p.ewma_alpha = 1.5));
+        assert!(bad(|p| p.ewma_alpha = f64::NAN));
+        assert!(bad(|p| p.exploit_k = -1.0));
+        assert!(bad(|p| p.exploit_k = f64::INFINITY));
+        assert!(bad(|p| p.probe_floor = 1.0));
+        assert!(bad(|p| p.error_threshold = 1.1));
+        assert!(!bad(|p| p.ewma_alpha = 1.0));
+    }
+}

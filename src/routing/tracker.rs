@@ -1,0 +1,713 @@
+//! Lock-free per-candidate statistics.
+//!
+//! A candidate is a (provider, model) pair; one [`CandidateStats`] is shared (via `Arc`) by every
+//! alias that lists it. All state lives in atomics: f64 values are stored as bits in `AtomicU64`
+//! and EWMA updates use a compare-exchange loop, so recording and picking never block a worker.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Bit pattern marking "no latency sample yet" (a NaN that arithmetic never produces here).
+const EMPTY: u64 = u64::MAX;
+
+/// Smoothing used when a caller passes an out-of-range `alpha` (matches the config default).
+const FALLBACK_ALPHA: f64 = 0.3;
+
+/// Which latency series a request belongs to: streaming first-chunk times differ from buffered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Ordinary request/response (`"stream": false` or absent).
+    NonStreaming,
+    /// Server-sent-events streaming (`"stream": true`).
+    Streaming,
+}
+
+impl Mode {
+    /// Mode for a request's `stream` flag.
+    pub fn from_stream(stream: bool) -> Self {
+        if stream {
+            Mode::Streaming
+        } else {
+            Mode::NonStreaming
+        }
+    }
+
+    /// Stable label for /status and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::NonStreaming => "non_streaming",
+            Mode::Streaming => "streaming",
+        }
+    }
+
+    /// Slot of this mode in per-mode arrays.
+    fn slot(self) -> usize {
+        match self {
+            Mode::NonStreaming => 0,
+            Mode::Streaming => 1,
+        }
+    }
+}
+
+/// How a finished upstream attempt affects the candidate's success rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// 2xx: success sample 1.0.
+    Success,
+    /// Transport error, timeout, 408, 429, 5xx, 401, 403: success sample 0.0.
+    Failure,
+    /// Any other 4xx (the client's fault): success rate untouched.
+    ClientError,
+}
+
+impl Outcome {
+    /// Classify an upstream HTTP status. 1xx/3xx are treated as neutral (`ClientError`), and
+    /// values outside 100..=599 (a broken upstream) as `Failure`.
+    pub fn from_status(status: u16) -> Outcome {
+        match status {
+            200..=299 => Outcome::Success,
+            401 | 403 | 408 | 429 => Outcome::Failure,
+            400..=499 => Outcome::ClientError,
+            500..=599 => Outcome::Failure,
+            100..=199 | 300..=399 => Outcome::ClientError,
+            _ => Outcome::Failure,
+        }
+    }
+}
+
+/// Why the last failed attempt failed; the strings are metric labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// TCP connect refused/unreachable.
+    Connect,
+    /// Connect, read or total timeout.
+    Timeout,
+    /// TLS handshake or certificate failure.
+    Tls,
+    /// Name resolution failure.
+    Dns,
+    /// Upstream rejected our credentials (401/403).
+    Auth,
+    /// Connection reset / closed mid-response.
+    Reset,
+    /// Upstream answered with a failure status (5xx, 429, 408).
+    Status,
+    /// Anything not covered above.
+    Other,
+}
+
+impl ErrorKind {
+    /// Every kind, in index order (for pre-registering metric label values).
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::Connect,
+        ErrorKind::Timeout,
+        ErrorKind::Tls,
+        ErrorKind::Dns,
+        ErrorKind::Auth,
+        ErrorKind::Reset,
+        ErrorKind::Status,
+        ErrorKind::Other,
+    ];
+
+    /// Metric label / status string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Dns => "dns",
+            ErrorKind::Auth => "auth",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Status => "status",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    /// Position in [`ErrorKind::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            ErrorKind::Connect => 0,
+            ErrorKind::Timeout => 1,
+            ErrorKind::Tls => 2,
+            ErrorKind::Dns => 3,
+            ErrorKind::Auth => 4,
+            ErrorKind::Reset => 5,
+            ErrorKind::Status => 6,
+            ErrorKind::Other => 7,
+        }
+    }
+
+    /// Inverse of [`ErrorKind::index`]; `None` for out-of-range values.
+    pub fn from_index(i: usize) -> Option<ErrorKind> {
+        ErrorKind::ALL.get(i).copied()
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Health label shown on /status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Health {
+    /// No latency sample in either mode yet.
+    Cold,
+    /// Error rate (1 - success) above `error_threshold`.
+    Degraded,
+    /// Has latency data and an acceptable error rate.
+    Warm,
+}
+
+impl Health {
+    /// Status string: "cold", "degraded" or "warm".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Cold => "cold",
+            Health::Degraded => "degraded",
+            Health::Warm => "warm",
+        }
+    }
+}
+
+/// Point-in-time view of one candidate in one mode: the input to [`super::shares`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Snapshot {
+    /// Latency EWMA in microseconds; `None` while cold in this mode.
+    pub latency_us: Option<f64>,
+    /// Success-rate EWMA in `[0, 1]`.
+    pub success: f64,
+    /// Requests currently in flight.
+    pub inflight: u64,
+}
+
+impl Snapshot {
+    /// Cold, fully successful, idle: the state of a brand-new candidate.
+    pub const COLD: Snapshot = Snapshot {
+        latency_us: None,
+        success: 1.0,
+        inflight: 0,
+    };
+}
+
+/// EWMA state as plain numbers, for handing over across a process upgrade.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StatsSnapshot {
+    /// Non-streaming latency EWMA in microseconds (`None` = cold).
+    pub latency_non_streaming_us: Option<f64>,
+    /// Streaming latency EWMA in microseconds (`None` = cold).
+    pub latency_streaming_us: Option<f64>,
+    /// Success-rate EWMA in `[0, 1]`.
+    pub success: f64,
+}
+
+/// Lock-free per-candidate statistics shared by every alias that lists the candidate.
+pub struct CandidateStats {
+    /// Latency EWMA (µs, f64 bits) per [`Mode`] slot; [`EMPTY`] until the first sample.
+    latency: [AtomicU64; 2],
+    /// Success-rate EWMA (f64 bits), starts at 1.0.
+    success: AtomicU64,
+    /// Requests currently in flight.
+    inflight: AtomicU64,
+    /// Last error: kind index + 1 in the top 8 bits, unix ms in the low 56; 0 = never.
+    last_error: AtomicU64,
+    /// Attempts with any recorded outcome.
+    requests: AtomicU64,
+    /// Attempts recorded as [`Outcome::Failure`].
+    failures: AtomicU64,
+    /// Attempts recorded as [`Outcome::ClientError`].
+    client_errors: AtomicU64,
+}
+
+/// Bits available for the timestamp in the packed last-error word.
+const TIME_BITS: u32 = 56;
+const TIME_MASK: u64 = (1u64 << TIME_BITS) - 1;
+
+/// `alpha` clamped into (0, 1]; non-finite or non-positive values fall back to the default.
+fn sane_alpha(alpha: f64) -> f64 {
+    if alpha.is_finite() && alpha > 0.0 {
+        alpha.min(1.0)
+    } else {
+        FALLBACK_ALPHA
+    }
+}
+
+/// Atomically fold `sample` into the EWMA in `cell` (seeding it if empty).
+fn ewma_update(cell: &AtomicU64, sample: f64, alpha: f64) {
+    // fetch_update is a compare_exchange_weak loop; the closure never returns None.
+    let _ = cell.fetch_update(Relaxed, Relaxed, |cur| {
+        let next = if cur == EMPTY {
+            sample
+        } else {
+            alpha * sample + (1.0 - alpha) * f64::from_bits(cur)
+        };
+        Some(next.to_bits())
+    });
+}
+
+/// Decode a latency cell.
+#[inline]
+fn load_latency(cell: &AtomicU64) -> Option<f64> {
+    match cell.load(Relaxed) {
+        EMPTY => None,
+        bits => Some(f64::from_bits(bits)),
+    }
+}
+
+/// Encode an imported latency value; invalid numbers become "cold".
+fn latency_bits(v: Option<f64>) -> u64 {
+    match v {
+        Some(x) if x.is_finite() && x >= 0.0 => x.to_bits(),
+        _ => EMPTY,
+    }
+}
+
+impl CandidateStats {
+    /// Fresh stats: cold in both modes, success 1.0, nothing in flight.
+    pub fn new() -> Self {
+        Self {
+            latency: [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)],
+            success: AtomicU64::new(1.0f64.to_bits()),
+            inflight: AtomicU64::new(0),
+            last_error: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            client_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Fold in a latency sample (µs from sending upstream to the first body chunk).
+    /// Non-finite or negative samples are ignored.
+    pub fn record_latency(&self, mode: Mode, micros: f64, alpha: f64) {
+        if !micros.is_finite() || micros < 0.0 {
+            return;
+        }
+        ewma_update(&self.latency[mode.slot()], micros, sane_alpha(alpha));
+    }
+
+    /// Count an attempt and move the success EWMA (only for `Success`/`Failure`).
+    pub fn record_outcome(&self, outcome: Outcome, alpha: f64) {
+        self.requests.fetch_add(1, Relaxed);
+        let sample = match outcome {
+            Outcome::Success => 1.0,
+            Outcome::Failure => {
+                self.failures.fetch_add(1, Relaxed);
+                0.0
+            }
+            Outcome::ClientError => {
+                self.client_errors.fetch_add(1, Relaxed);
+                return;
+            }
+        };
+        ewma_update(&self.success, sample, sane_alpha(alpha));
+    }
+
+    /// Remember why and when (unix ms) the latest failure happened.
+    pub fn record_error(&self, kind: ErrorKind, now_ms: u64) {
+        let packed = ((kind.index() as u64 + 1) << TIME_BITS) | (now_ms & TIME_MASK);
+        self.last_error.store(packed, Relaxed);
+    }
+
+    /// Convenience for a failed attempt: `record_outcome(Failure)` plus `record_error`.
+    pub fn record_failure(&self, kind: ErrorKind, now_ms: u64, alpha: f64) {
+        self.record_outcome(Outcome::Failure, alpha);
+        self.record_error(kind, now_ms);
+    }
+
+    /// Latest error kind and its unix time in ms, if any failure was recorded.
+    pub fn last_error(&self) -> Option<(ErrorKind, u64)> {
+        let packed = self.last_error.load(Relaxed);
+        let tag = (packed >> TIME_BITS) as usize;
+        let kind = ErrorKind::from_index(tag.checked_sub(1)?)?;
+        Some((kind, packed & TIME_MASK))
+    }
+
+    /// Everything the selector needs for one mode.
+    #[inline]
+    pub fn snapshot(&self, mode: Mode) -> Snapshot {
+        Snapshot {
+            latency_us: load_latency(&self.latency[mode.slot()]),
+            success: self.success(),
+            inflight: self.inflight(),
+        }
+    }
+
+    /// Latency EWMA in milliseconds for /status; `None` while cold in `mode`.
+    pub fn latency_ms(&self, mode: Mode) -> Option<f64> {
+        load_latency(&self.latency[mode.slot()]).map(|us| us / 1000.0)
+    }
+
+    /// Latency EWMA in microseconds; `None` while cold in `mode`.
+    #[inline]
+    pub fn latency_us(&self, mode: Mode) -> Option<f64> {
+        load_latency(&self.latency[mode.slot()])
+    }
+
+    /// Success-rate EWMA in `[0, 1]`.
+    #[inline]
+    pub fn success(&self) -> f64 {
+        f64::from_bits(self.success.load(Relaxed))
+    }
+
+    /// Error rate `1 - success`, the quantity compared with `error_threshold`.
+    pub fn error_rate(&self) -> f64 {
+        1.0 - self.success()
+    }
+
+    /// Requests currently in flight.
+    pub fn inflight(&self) -> u64 {
+        self.inflight.load(Relaxed)
+    }
+
+    /// Total attempts with a recorded outcome.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Relaxed)
+    }
+
+    /// Total attempts recorded as failures.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Relaxed)
+    }
+
+    /// Total attempts recorded as client errors (other 4xx).
+    pub fn client_errors(&self) -> u64 {
+        self.client_errors.load(Relaxed)
+    }
+
+    /// /status label. A failing candidate reads "degraded" even if it never produced a latency
+    /// sample (e.g. every connect fails); otherwise no latency in either mode reads "cold".
+    pub fn health(&self, error_threshold: f64) -> Health {
+        if self.error_rate() > error_threshold {
+            Health::Degraded
+        } else if self.latency.iter().all(|c| c.load(Relaxed) == EMPTY) {
+            Health::Cold
+        } else {
+            Health::Warm
+        }
+    }
+
+    /// Mark a request in flight until the returned guard drops (borrowing form).
+    pub fn begin(&self) -> InflightGuard<'_> {
+        self.inflight.fetch_add(1, Relaxed);
+        InflightGuard { stats: self }
+    }
+
+    /// Mark a request in flight until the returned guard drops (owning form, for `'static`
+    /// per-request contexts).
+    pub fn begin_owned(self: &Arc<Self>) -> OwnedInflightGuard {
+        self.inflight.fetch_add(1, Relaxed);
+        OwnedInflightGuard {
+            stats: Arc::clone(self),
+        }
+    }
+
+    /// EWMA state as plain numbers (for a process-upgrade handover).
+    pub fn export(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            latency_non_streaming_us: load_latency(&self.latency[Mode::NonStreaming.slot()]),
+            latency_streaming_us: load_latency(&self.latency[Mode::Streaming.slot()]),
+            success: self.success(),
+        }
+    }
+
+    /// Overwrite the EWMA state from an export. Invalid values are sanitised: bad latencies
+    /// become cold, success is clamped to `[0, 1]` (NaN becomes 1.0). Counters are untouched.
+    pub fn import(&self, s: &StatsSnapshot) {
+        self.latency[Mode::NonStreaming.slot()]
+            .store(latency_bits(s.latency_non_streaming_us), Relaxed);
+        self.latency[Mode::Streaming.slot()].store(latency_bits(s.latency_streaming_us), Relaxed);
+        let success = if s.success.is_nan() {
+            1.0
+        } else {
+            s.success.clamp(0.0, 1.0)
+        };
+        self.success.store(success.to_bits(), Relaxed);
+    }
+}
+
+impl Default for CandidateStats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AsRef<CandidateStats> for CandidateStats {
+    fn as_ref(&self) -> &CandidateStats {
+        self
+    }
+}
+
+impl fmt::Debug for CandidateStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CandidateStats")
+            .field(
+                "latency_non_streaming_us",
+                &self.latency_us(Mode::NonStreaming),
+            )
+            .field("latency_streaming_us", &self.latency_us(Mode::Streaming))
+            .field("success", &self.success())
+            .field("inflight", &self.inflight())
+            .field("requests", &self.requests())
+            .field("failures", &self.failures())
+            .field("last_error", &self.last_error())
+            .finish()
+    }
+}
+
+/// Keeps a request counted as in flight; decrements on drop.
+#[must_use = "the request stops counting as in flight as soon as the guard drops"]
+#[derive(Debug)]
+pub struct InflightGuard<'a> {
+    stats: &'a CandidateStats,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.stats.inflight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// `'static` variant of [`InflightGuard`] holding an `Arc` to the stats.
+#[must_use = "the request stops counting as in flight as soon as the guard drops"]
+#[derive(Debug)]
+pub struct OwnedInflightGuard {
+    stats: Arc<CandidateStats>,
+}
+
+impl OwnedInflightGuard {
+    /// The stats this guard counts against (to record the outcome through the same handle).
+    pub fn stats(&self) -> &Arc<CandidateStats> {
+        &self.stats
+    }
+}
+
+impl Drop for OwnedInflightGuard {
+    fn drop(&mut self) {
+        self.stats.inflight.fetch_sub(1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn first_latency_sample_seeds_then_smooths() {
+        let s = CandidateStats::new();
+        assert_eq!(s.latency_us(Mode::NonStreaming), None);
+        s.record_latency(Mode::NonStreaming, 1000.5, 0.3);
+        assert_eq!(s.latency_us(Mode::NonStreaming), Some(1000.5));
+        s.record_latency(Mode::NonStreaming, 2000.0, 0.3);
+        // 0.3*2000 + 0.7*1000.5 = 1300.35
+        let v = s.latency_us(Mode::NonStreaming).unwrap_or(f64::NAN);
+        assert!(close(v, 1300.35), "{v}");
+        assert!(close(
+            s.latency_ms(Mode::NonStreaming).unwrap_or(0.0),
+            1.30035
+        ));
+    }
+
+    #[test]
+    fn modes_are_independent() {
+        let s = CandidateStats::new();
+        s.record_latency(Mode::Streaming, 500.0, 0.5);
+        assert_eq!(s.latency_us(Mode::Streaming), Some(500.0));
+        assert_eq!(s.latency_us(Mode::NonStreaming), None);
+        assert_eq!(s.snapshot(Mode::NonStreaming).latency_us, None);
+        assert_eq!(s.snapshot(Mode::Streaming).latency_us, Some(500.0));
+    }
+
+    #[test]
+    fn alpha_one_replaces_and_bad_alpha_falls_back() {
+        let s = CandidateStats::new();
+        s.record_latency(Mode::NonStreaming, 100.0, 1.0);
+        s.record_latency(Mode::NonStreaming, 300.0, 1.0);
+        assert_eq!(s.latency_us(Mode::NonStreaming), Some(300.0));
+        s.record_latency(Mode::NonStreaming, 400.0, f64::NAN); // uses 0.3
+        assert!(close(
+            s.latency_us(Mode::NonStreaming).unwrap_or(0.0),
+            330.0
+        ));
+        s.record_latency(Mode::NonStreaming, 330.0, 7.0); // clamped to 1.0
+        assert!(close(
+            s.latency_us(Mode::NonStreaming).unwrap_or(0.0),
+            330.0
+        ));
+    }
+
+    #[test]
+    fn invalid_latency_samples_ignored() {
+        let s = CandidateStats::new();
+        s.record_latency(Mode::NonStreaming, f64::NAN, 0.3);
+        s.record_latency(Mode::NonStreaming, f64::INFINITY, 0.3);
+        s.record_latency(Mode::NonStreaming, -5.0, 0.3);
+        assert_eq!(s.latency_us(Mode::NonStreaming), None);
+    }
+
+    #[test]
+    fn success_ewma_moves_only_on_success_and_failure() {
+        let s = CandidateStats::new();
+        assert_eq!(s.success(), 1.0);
+        s.record_outcome(Outcome::Failure, 0.3);
+        assert!(close(s.success(), 0.7));
+        s.record_outcome(Outcome::ClientError, 0.3);
+        assert!(close(s.success(), 0.7));
+        s.record_outcome(Outcome::Success, 0.3);
+        assert!(close(s.success(), 0.79));
+        assert!(close(s.error_rate(), 0.21));
+        assert_eq!(s.requests(), 3);
+        assert_eq!(s.failures(), 1);
+        assert_eq!(s.client_errors(), 1);
+    }
+
+    #[test]
+    fn from_status_table() {
+        for st in [200, 201, 204, 299] {
+            assert_eq!(Outcome::from_status(st), Outcome::Success, "{st}");
+        }
+        for st in [408, 429, 500, 502, 503, 504, 599, 401, 403] {
+            assert_eq!(Outcome::from_status(st), Outcome::Failure, "{st}");
+        }
+        for st in [400, 404, 405, 413, 422, 499] {
+            assert_eq!(Outcome::from_status(st), Outcome::ClientError, "{st}");
+        }
+        assert_eq!(Outcome::from_status(0), Outcome::Failure);
+        assert_eq!(Outcome::from_status(600), Outcome::Failure);
+        assert_eq!(Outcome::from_status(302), Outcome::ClientError);
+    }
+
+    #[test]
+    fn mode_from_stream() {
+        assert_eq!(Mode::from_stream(true), Mode::Streaming);
+        assert_eq!(Mode::from_stream(false), Mode::NonStreaming);
+        assert_eq!(Mode::Streaming.as_str(), "streaming");
+    }
+
+    #[test]
+    fn last_error_round_trip() {
+        let s = CandidateStats::new();
+        assert_eq!(s.last_error(), None);
+        s.record_error(ErrorKind::Tls, 1_700_000_000_123);
+        assert_eq!(s.last_error(), Some((ErrorKind::Tls, 1_700_000_000_123)));
+        s.record_failure(ErrorKind::Status, 5, 0.5);
+        assert_eq!(s.last_error(), Some((ErrorKind::Status, 5)));
+        assert_eq!(s.failures(), 1);
+        assert!(close(s.success(), 0.5));
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_index(k.index()), Some(k));
+            s.record_error(k, 9);
+            assert_eq!(s.last_error(), Some((k, 9)));
+        }
+        assert_eq!(ErrorKind::from_index(99), None);
+        assert_eq!(ErrorKind::Connect.as_str(), "connect");
+        assert_eq!(ErrorKind::Dns.to_string(), "dns");
+    }
+
+    #[test]
+    fn health_states() {
+        let s = CandidateStats::new();
+        assert_eq!(s.health(0.5), Health::Cold);
+        s.record_latency(Mode::Streaming, 10.0, 0.3);
+        assert_eq!(s.health(0.5), Health::Warm);
+        s.record_outcome(Outcome::Failure, 0.6); // success 0.4, error 0.6
+        assert_eq!(s.health(0.5), Health::Degraded);
+        assert_eq!(s.health(0.7), Health::Warm);
+        let never_connected = CandidateStats::new();
+        never_connected.record_failure(ErrorKind::Connect, 1, 1.0);
+        assert_eq!(never_connected.health(0.5), Health::Degraded);
+        assert_eq!(Health::Cold.as_str(), "cold");
+        assert_eq!(Health::Degraded.as_str(), "degraded");
+        assert_eq!(Health::Warm.as_str(), "warm");
+    }
+
+    #[test]
+    fn inflight_guards_count_and_release() {
+        let s = Arc::new(CandidateStats::new());
+        {
+            let _a = s.begin();
+            let _b = s.begin();
+            assert_eq!(s.inflight(), 2);
+            let c = s.begin_owned();
+            assert_eq!(s.inflight(), 3);
+            assert_eq!(c.stats().snapshot(Mode::Streaming).inflight, 3);
+        }
+        assert_eq!(s.inflight(), 0);
+    }
+
+    #[test]
+    fn export_import_round_trip_and_sanitise() {
+        let a = CandidateStats::new();
+        a.record_latency(Mode::NonStreaming, 1234.5, 0.3);
+        a.record_outcome(Outcome::Failure, 0.25);
+        let snap = a.export();
+        assert_eq!(snap.latency_non_streaming_us, Some(1234.5));
+        assert_eq!(snap.latency_streaming_us, None);
+        assert!(close(snap.success, 0.75));
+        let b = CandidateStats::new();
+        b.record_latency(Mode::Streaming, 9.0, 0.3);
+        b.import(&snap);
+        assert_eq!(b.export(), snap);
+
+        b.import(&StatsSnapshot {
+            latency_non_streaming_us: Some(f64::NAN),
+            latency_streaming_us: Some(-1.0),
+            success: 3.0,
+        });
+        assert_eq!(b.latency_us(Mode::NonStreaming), None);
+        assert_eq!(b.latency_us(Mode::Streaming), None);
+        assert_eq!(b.success(), 1.0);
+        b.import(&StatsSnapshot {
+            latency_non_streaming_us: None,
+            latency_streaming_us: None,
+            success: f64::NAN,
+        });
+        assert_eq!(b.success(), 1.0);
+    }
+
+    #[test]
+    fn concurrent_cas_updates_stay_finite_and_in_range() {
+        let s = Arc::new(CandidateStats::new());
+        let handles: Vec<_> = (0..2u64)
+            .map(|t| {
+                let s = Arc::clone(&s);
+                std::thread::spawn(move || {
+                    for i in 0..100_000u64 {
+                        let _g = s.begin();
+                        let lat = 100.0 + ((i * 7 + t * 13) % 900) as f64;
+                        s.record_latency(Mode::NonStreaming, lat, 0.3);
+                        let o = if (i + t) % 3 == 0 {
+                            Outcome::Failure
+                        } else {
+                            Outcome::Success
+                        };
+                        s.record_outcome(o, 0.3);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            assert!(h.join().is_ok());
+        }
+        let lat = s.latency_us(Mode::NonStreaming).unwrap_or(f64::NAN);
+        assert!(lat.is_finite() && (100.0..=999.0).contains(&lat), "{lat}");
+        let succ = s.success();
+        assert!(succ.is_finite() && (0.0..=1.0).contains(&succ), "{succ}");
+        assert_eq!(s.requests(), 200_000);
+        assert_eq!(s.inflight(), 0);
+    }
+
+    #[test]
+    fn debug_shows_values() {
+        let s = CandidateStats::new();
+        s.record_latency(Mode::Streaming, 42.0, 0.3);
+        let d = format!("{s:?}");
+        assert!(d.contains("latency_streaming_us: Some(42.0)"), "{d}");
+        assert!(d.contains("success: 1.0"), "{d}");
+    }
+}

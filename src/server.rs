@@ -1,0 +1,39 @@
+//! Wiring a Pingora server: the proxy service on `listen`, with sturnus's own defaults.
+
+use crate::app::App;
+use crate::proxy::Sturnus;
+use pingora::server::configuration::{Opt, ServerConf};
+use pingora::server::Server;
+use std::sync::Arc;
+
+/// Builds a bootstrapped Pingora server running the sturnus proxy for `app`.
+pub fn build(opt: Opt, app: Arc<App>) -> Result<Server, String> {
+    let conf = server_conf(&opt)?;
+    let mut server = Server::new_with_opt_and_conf(opt, conf);
+    server.bootstrap();
+    let mut proxy = pingora_proxy::http_proxy_service_with_name(
+        &server.configuration,
+        Sturnus::new(app.clone()),
+        "sturnus proxy",
+    );
+    proxy.add_tcp(&app.config.listen.to_string());
+    server.add_service(proxy);
+    Ok(server)
+}
+
+/// Pingora's server config: the `-c` YAML when given, else defaults fit for a sidecar.
+fn server_conf(opt: &Opt) -> Result<ServerConf, String> {
+    match &opt.conf {
+        Some(path) => {
+            let mut conf = ServerConf::load_from_yaml(path)
+                .map_err(|e| format!("{path}: cannot load the Pingora server config: {e}"))?;
+            conf.merge_with_opt(opt);
+            Ok(conf)
+        }
+        None => {
+            let mut conf = ServerConf::default();
+            conf.merge_with_opt(opt);
+            Ok(conf)
+        }
+    }
+}

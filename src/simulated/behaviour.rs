@@ -1,0 +1,238 @@
+//! Live-tunable behaviour of one simulated provider.
+//!
+//! Every knob is an atomic so the demo or a test can change it while requests are in flight;
+//! the server reads the current values once per request.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Content chunks a streaming answer has unless told otherwise.
+pub const DEFAULT_CHUNKS: u32 = 5;
+
+/// A way for the simulated provider to misbehave, from the TCP level up to the HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Behave normally.
+    #[default]
+    None,
+    /// Close each connection right after accepting it (and before answering any request on an
+    /// already open one).
+    RefuseConnections,
+    /// Read the request, then hold the socket open and say nothing.
+    NeverAnswer,
+    /// Write half a status line (`HTTP/1.1 20`), then close.
+    CloseDuringHeaders,
+    /// Send the response headers and a couple of SSE chunks (or half a JSON body), then reset
+    /// the connection (RST via `SO_LINGER` 0).
+    ResetMidStream,
+    /// Write bytes that are not HTTP, then close.
+    Garbage,
+    /// Answer normally but send SSE chunks (or pieces of a JSON body) this far apart.
+    SlowDrip(Duration),
+    /// Always answer this status with an OpenAI error body.
+    Status(u16),
+}
+
+const KIND_SHIFT: u32 = 56;
+const ARG_MASK: u64 = (1 << KIND_SHIFT) - 1;
+
+impl Fault {
+    /// Packs the fault into one word so it can live in a single atomic.
+    fn encode(self) -> u64 {
+        let (kind, arg): (u64, u64) = match self {
+            Fault::None => (0, 0),
+            Fault::RefuseConnections => (1, 0),
+            Fault::NeverAnswer => (2, 0),
+            Fault::CloseDuringHeaders => (3, 0),
+            Fault::ResetMidStream => (4, 0),
+            Fault::Garbage => (5, 0),
+            Fault::SlowDrip(d) => (6, micros(d).min(ARG_MASK)),
+            Fault::Status(s) => (7, u64::from(s)),
+        };
+        (kind << KIND_SHIFT) | arg
+    }
+
+    /// Inverse of [`Fault::encode`].
+    fn decode(word: u64) -> Fault {
+        let arg = word & ARG_MASK;
+        match word >> KIND_SHIFT {
+            1 => Fault::RefuseConnections,
+            2 => Fault::NeverAnswer,
+            3 => Fault::CloseDuringHeaders,
+            4 => Fault::ResetMidStream,
+            5 => Fault::Garbage,
+            6 => Fault::SlowDrip(Duration::from_micros(arg)),
+            7 => Fault::Status(u16::try_from(arg).unwrap_or(500)),
+            _ => Fault::None,
+        }
+    }
+}
+
+/// Whole microseconds of `d`, saturating.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Live-tunable behaviour of one simulated provider (all atomics so a test or the demo can
+/// change it mid-run).
+#[derive(Debug)]
+pub struct Behaviour {
+    latency_us: AtomicU64,
+    chunk_interval_us: AtomicU64,
+    chunks: AtomicU32,
+    /// `every << 16 | status`, one word so the pair is always read consistently.
+    failure: AtomicU64,
+    /// Requests seen since the failure setting last changed.
+    failure_counter: AtomicU64,
+    fault: AtomicU64,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Behaviour::new()
+    }
+}
+
+impl Behaviour {
+    /// A well-behaved provider: no latency, no interval, [`DEFAULT_CHUNKS`] chunks, no failures.
+    pub fn new() -> Behaviour {
+        Behaviour {
+            latency_us: AtomicU64::new(0),
+            chunk_interval_us: AtomicU64::new(0),
+            chunks: AtomicU32::new(DEFAULT_CHUNKS),
+            failure: AtomicU64::new(0),
+            failure_counter: AtomicU64::new(0),
+            fault: AtomicU64::new(0),
+        }
+    }
+
+    /// Sets the delay before the response headers (and first chunk) are written.
+    pub fn set_latency(&self, d: Duration) {
+        self.latency_us.store(micros(d), Ordering::Relaxed);
+    }
+
+    /// The delay before the response headers.
+    pub fn latency(&self) -> Duration {
+        Duration::from_micros(self.latency_us.load(Ordering::Relaxed))
+    }
+
+    /// Sets the pause between consecutive SSE events of a streaming answer.
+    pub fn set_chunk_interval(&self, d: Duration) {
+        self.chunk_interval_us.store(micros(d), Ordering::Relaxed);
+    }
+
+    /// The pause between consecutive SSE events.
+    pub fn chunk_interval(&self) -> Duration {
+        Duration::from_micros(self.chunk_interval_us.load(Ordering::Relaxed))
+    }
+
+    /// Sets how many content chunks a streaming answer carries.
+    pub fn set_chunks(&self, n: u32) {
+        self.chunks.store(n, Ordering::Relaxed);
+    }
+
+    /// How many content chunks a streaming answer carries.
+    pub fn chunks(&self) -> u32 {
+        self.chunks.load(Ordering::Relaxed)
+    }
+
+    /// Makes every `n`-th request from now on (deterministic counter, restarted by this call)
+    /// fail with `status` and an OpenAI error body; `n == 0` turns failures off.
+    pub fn set_failure_every(&self, n: u32, status: u16) {
+        let word = (u64::from(n) << 16) | u64::from(status);
+        self.failure.store(word, Ordering::Relaxed);
+        self.failure_counter.store(0, Ordering::Relaxed);
+    }
+
+    /// The current `(every, status)` failure setting.
+    pub fn failure_every(&self) -> (u32, u16) {
+        let word = self.failure.load(Ordering::Relaxed);
+        let every = u32::try_from(word >> 16).unwrap_or(0);
+        (every, (word & 0xffff) as u16)
+    }
+
+    /// Counts one request and says whether it must fail, and with which status.
+    pub(crate) fn next_failure(&self) -> Option<u16> {
+        let (every, status) = self.failure_every();
+        if every == 0 {
+            return None;
+        }
+        let seen = self.failure_counter.fetch_add(1, Ordering::Relaxed) + 1;
+        (seen % u64::from(every) == 0).then_some(status)
+    }
+
+    /// Switches the provider to misbehave in this way (or back to [`Fault::None`]).
+    pub fn set_fault(&self, fault: Fault) {
+        self.fault.store(fault.encode(), Ordering::Relaxed);
+    }
+
+    /// The current fault.
+    pub fn fault(&self) -> Fault {
+        Fault::decode(self.fault.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_well_behaved() {
+        let b = Behaviour::new();
+        assert_eq!(b.latency(), Duration::ZERO);
+        assert_eq!(b.chunk_interval(), Duration::ZERO);
+        assert_eq!(b.chunks(), DEFAULT_CHUNKS);
+        assert_eq!(b.failure_every(), (0, 0));
+        assert_eq!(b.fault(), Fault::None);
+        assert_eq!(b.next_failure(), None);
+    }
+
+    #[test]
+    fn every_fault_survives_the_atomic_round_trip() {
+        let b = Behaviour::new();
+        let faults = [
+            Fault::None,
+            Fault::RefuseConnections,
+            Fault::NeverAnswer,
+            Fault::CloseDuringHeaders,
+            Fault::ResetMidStream,
+            Fault::Garbage,
+            Fault::SlowDrip(Duration::from_millis(250)),
+            Fault::Status(503),
+            Fault::Status(u16::MAX),
+        ];
+        for f in faults {
+            b.set_fault(f);
+            assert_eq!(b.fault(), f);
+        }
+    }
+
+    #[test]
+    fn failures_follow_a_deterministic_counter() {
+        let b = Behaviour::new();
+        b.set_failure_every(3, 503);
+        let got: Vec<Option<u16>> = (0..7).map(|_| b.next_failure()).collect();
+        assert_eq!(
+            got,
+            vec![None, None, Some(503), None, None, Some(503), None]
+        );
+        // Changing the setting restarts the count.
+        b.set_failure_every(2, 429);
+        assert_eq!(b.next_failure(), None);
+        assert_eq!(b.next_failure(), Some(429));
+        b.set_failure_every(0, 500);
+        assert!((0..5).all(|_| b.next_failure().is_none()));
+    }
+
+    #[test]
+    fn durations_saturate_instead_of_wrapping() {
+        let b = Behaviour::new();
+        b.set_latency(Duration::MAX);
+        assert!(b.latency() > Duration::from_secs(1_000_000));
+        b.set_fault(Fault::SlowDrip(Duration::MAX));
+        match b.fault() {
+            Fault::SlowDrip(d) => assert!(d > Duration::from_secs(1_000_000)),
+            other => panic!("unexpected fault {other:?}"),
+        }
+    }
+}
