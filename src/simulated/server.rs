@@ -478,6 +478,9 @@ impl Connection<'_> {
     }
 
     /// Sends a streaming answer, one write per SSE event, `interval` apart.
+    ///
+    /// Each event is its own HTTP chunk and its own `write` (with `TCP_NODELAY`, its own
+    /// segment), so a reader sees events arrive separately even with a zero interval.
     async fn send_stream(
         &mut self,
         plan: &StreamPlan<'_>,
@@ -490,20 +493,20 @@ impl Connection<'_> {
             keep_alive: conn.keep_alive && chunked,
             ..conn
         };
+        // The head goes out in the same write as the first event (one syscall less per stream).
         self.out.clear();
         push_stream_head(&mut self.out, &self.shared.provider_header, conn);
-        if !self.write_out().await {
-            return Flow::Abort;
-        }
         let total = plan.len();
         let send = if reset { total.min(2) } else { total };
         for i in 0..send {
-            if i > 0 && !interval.is_zero() {
-                tokio::time::sleep(interval).await;
+            if i > 0 {
+                if !interval.is_zero() {
+                    tokio::time::sleep(interval).await;
+                }
+                self.out.clear();
             }
             self.scratch.clear();
             plan.push_event(i, &mut self.scratch);
-            self.out.clear();
             if chunked {
                 push_http_chunk(&mut self.out, &self.scratch);
                 if i + 1 == total {

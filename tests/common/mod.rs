@@ -1,0 +1,172 @@
+//! Shared harness for the black-box tests: the real sturnus binary on loopback, in front of
+//! simulated providers that speak OpenAI's wire format.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub use sturnus::simulated::{Fault, SimProvider};
+
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+/// A free loopback port (bound and released; the tiny race is acceptable in tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A scratch directory unique to this test process and call.
+pub fn scratch_dir() -> PathBuf {
+    let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("sturnus-test-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A running sturnus process; killed on drop.
+pub struct Proxy {
+    child: Child,
+    /// The proxy listener.
+    pub addr: SocketAddr,
+    /// Where the process's stdout and stderr go.
+    pub log_path: PathBuf,
+    /// The directory holding the config and log.
+    pub dir: PathBuf,
+}
+
+/// `[provider.NAME]` for a simulated provider, with an optional API key.
+pub fn provider_toml(name: &str, sim: &SimProvider, key: Option<&str>) -> String {
+    let mut s = format!("[provider.{name}]\nbase_url = \"{}/v1\"\n", sim.base_url());
+    if let Some(key) = key {
+        s.push_str(&format!("api_key = \"{key}\"\n"));
+    }
+    s
+}
+
+impl Proxy {
+    /// Starts sturnus with `config` (everything but `listen`, which the harness sets).
+    pub async fn start(config: &str) -> Proxy {
+        Proxy::start_with(config, &[], &[]).await
+    }
+
+    /// Starts sturnus with extra environment variables and command-line arguments.
+    pub async fn start_with(config: &str, env: &[(&str, &str)], args: &[&str]) -> Proxy {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let dir = scratch_dir();
+        let config_path = dir.join("config.toml");
+        std::fs::write(&config_path, format!("listen = \"{addr}\"\n{config}")).unwrap();
+        let log_path = dir.join("sturnus.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sturnus"));
+        cmd.arg("--config")
+            .arg(&config_path)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn sturnus");
+        let mut proxy = Proxy {
+            child,
+            addr,
+            log_path,
+            dir,
+        };
+        proxy.wait_healthy().await;
+        proxy
+    }
+
+    async fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let client = client();
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("sturnus exited with {status}:\n{}", self.logs());
+            }
+            if let Ok(r) = client.get(self.url("/health")).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("sturnus did not become healthy:\n{}", self.logs());
+    }
+
+    /// `http://addr{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Everything the process printed so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The process id (to send signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `GET /status` as JSON.
+    pub async fn status(&self) -> serde_json::Value {
+        client()
+            .get(self.url("/status"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A reqwest client with no proxy settings from the environment.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// POSTs a raw body to a path on the proxy.
+pub async fn post(proxy: &Proxy, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+    client()
+        .post(proxy.url(path))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("request to sturnus")
+}
+
+/// A small chat completion body for `model`.
+pub fn chat_body(model: &str, stream: bool) -> String {
+    format!(
+        r#"{{"model": "{model}", "messages": [{{"role": "user", "content": "hi"}}], "stream": {stream}}}"#
+    )
+}
+
+/// Parses a JSON error answer and returns `error` object.
+pub async fn error_of(resp: reqwest::Response) -> serde_json::Value {
+    let v: serde_json::Value = resp.json().await.expect("JSON error body");
+    v["error"].clone()
+}

@@ -1,0 +1,230 @@
+//! Transparent passthrough: only the model value changes, every other byte and header rule holds,
+//! bodies of every size take the same route, and streams are relayed as they arrive.
+
+mod common;
+
+use common::*;
+use futures_util::StreamExt;
+use std::time::{Duration, Instant};
+
+async fn one_candidate(key: Option<&str>) -> (SimProvider, Proxy) {
+    let sim = SimProvider::start("up").await.unwrap();
+    let config = format!(
+        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"real-model\" }}]\n",
+        provider_toml("up", &sim, key)
+    );
+    let proxy = Proxy::start(&config).await;
+    (sim, proxy)
+}
+
+/// `body` with the first `"model": "fast"` value replaced by `real-model`.
+fn expected(body: &str) -> Vec<u8> {
+    body.replacen("\"fast\"", "\"real-model\"", 1).into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_model_bytes_change() {
+    let (sim, proxy) = one_candidate(None).await;
+    let body = "{\n  \"temperature\" : 0.30,\t\"model\":\"fast\" ,\r\n  \"big\": 1e400, \"n\": 1234567890123456789012345,\n  \"messages\": [{\"role\":\"user\",\"content\":\"caf\\u00e9 \\\"q\\\" \\\\ \\n\",\"model\":\"fast\"}],\n  \"x\": {\"model\": \"nested\"}, \"z\": -0.0e-0 }";
+    let resp = post(&proxy, "/v1/chat/completions", body.to_string()).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-session-affinity"], "up/real-model");
+    assert_eq!(resp.headers()["x-sturnus-provider"], "up");
+    let answer: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(answer["object"], "chat.completion");
+    let got = sim.requests().pop().unwrap();
+    assert_eq!(got.body, expected(body), "spliced body differs");
+    assert_eq!(
+        got.header("content-length").unwrap(),
+        got.body.len().to_string()
+    );
+    assert_eq!(got.path, "/v1/chat/completions");
+}
+
+/// A JSON body of exactly `size` bytes whose model is `fast`.
+fn body_of_size(size: usize) -> String {
+    let head = "{\"model\":\"fast\",\"messages\":[{\"role\":\"user\",\"content\":\"";
+    let tail = "\"}]}";
+    let pad = size - head.len() - tail.len();
+    let filler: String = "lorem ipsum ".chars().cycle().take(pad).collect();
+    let body = format!("{head}{filler}{tail}");
+    assert_eq!(body.len(), size);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bodies_on_both_sides_of_pingoras_replay_limit_arrive_exactly() {
+    let (sim, proxy) = one_candidate(Some("sk-size")).await;
+    for size in [
+        1024,
+        64 * 1024 - 1,
+        64 * 1024,
+        64 * 1024 + 1,
+        5 * 1024 * 1024,
+    ] {
+        sim.clear_requests();
+        let body = body_of_size(size);
+        let resp = post(&proxy, "/v1/chat/completions", body.clone()).await;
+        assert_eq!(resp.status(), 200, "size {size}");
+        assert_eq!(resp.headers()["x-session-affinity"], "up/real-model");
+        let text = resp.text().await.unwrap();
+        assert!(text.contains("chat.completion"), "size {size}: {text}");
+        let got = sim.requests().pop().expect("provider saw the request");
+        assert_eq!(
+            got.body.len(),
+            body.len() + "real-model".len() - "fast".len()
+        );
+        assert!(got.body == expected(&body), "size {size}: body differs");
+        assert_eq!(got.header("authorization"), Some("Bearer sk-size"));
+        assert_eq!(
+            got.header("content-length").unwrap(),
+            got.body.len().to_string(),
+            "size {size}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chunked_uploads_are_read_whole_and_sent_with_a_length() {
+    let (sim, proxy) = one_candidate(None).await;
+    for total in [3_000usize, 200_000] {
+        sim.clear_requests();
+        let body = body_of_size(total);
+        let pieces: Vec<Result<Vec<u8>, std::io::Error>> = body
+            .as_bytes()
+            .chunks(997)
+            .map(|c| Ok(c.to_vec()))
+            .collect();
+        let resp = client()
+            .post(proxy.url("/v1/chat/completions"))
+            .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                pieces,
+            )))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let got = sim.requests().pop().unwrap();
+        assert!(got.body == expected(&body), "chunked {total}: body differs");
+        assert!(got.header("transfer-encoding").is_none());
+        assert_eq!(
+            got.header("content-length").unwrap(),
+            got.body.len().to_string()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_credentials_stay_home_and_other_headers_pass() {
+    let (sim, proxy) = one_candidate(Some("sk-provider-key")).await;
+    for body in [chat_body("fast", false), body_of_size(100 * 1024)] {
+        sim.clear_requests();
+        let resp = client()
+            .post(proxy.url("/v1/chat/completions?trace=1&x=y"))
+            .header("authorization", "Bearer client-token")
+            .header("x-api-key", "client-x")
+            .header("api-key", "client-azure")
+            .header("cookie", "session=abc")
+            .header("x-session-affinity", "garbage")
+            .header("openai-beta", "assistants=v2")
+            .header("x-custom", "kept")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let got = sim.requests().pop().unwrap();
+        assert_eq!(got.header("authorization"), Some("Bearer sk-provider-key"));
+        assert_eq!(got.header("x-api-key"), None);
+        assert_eq!(got.header("api-key"), None);
+        assert_eq!(got.header("cookie"), None);
+        assert_eq!(got.header("x-session-affinity"), None);
+        assert_eq!(got.header("openai-beta"), Some("assistants=v2"));
+        assert_eq!(got.header("x-custom"), Some("kept"));
+        assert_eq!(got.header("host"), Some(sim.addr.to_string().as_str()));
+        assert_eq!(got.query.as_deref(), Some("trace=1&x=y"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_routed_endpoint_reaches_the_provider() {
+    let (sim, proxy) = one_candidate(None).await;
+    for (path, object) in [
+        ("/v1/chat/completions", "chat.completion"),
+        ("/v1/completions", "text_completion"),
+        ("/v1/embeddings", "list"),
+        ("/v1/responses", "response"),
+    ] {
+        let resp = post(
+            &proxy,
+            path,
+            r#"{"model":"fast","input":"hi","prompt":"x"}"#,
+        )
+        .await;
+        assert_eq!(resp.status(), 200, "{path}");
+        let v: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(v["object"], object, "{path}");
+        assert_eq!(sim.requests().pop().unwrap().path, path);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streams_are_relayed_chunk_by_chunk_as_they_arrive() {
+    let (sim, proxy) = one_candidate(None).await;
+    sim.behaviour.set_chunks(6);
+    sim.behaviour.set_chunk_interval(Duration::from_millis(150));
+    for body in [chat_body("fast", true), {
+        // The same over the direct path (a body Pingora cannot replay).
+        let pad = "x".repeat(70 * 1024);
+        format!(
+            r#"{{"model":"fast","stream":true,"messages":[{{"role":"user","content":"{pad}"}}]}}"#
+        )
+    }] {
+        let start = Instant::now();
+        let resp = post(&proxy, "/v1/chat/completions", body).await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        assert_eq!(resp.headers()["x-sturnus-provider"], "up");
+        let mut arrivals = Vec::new();
+        let mut text = String::new();
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            arrivals.push((start.elapsed(), text.matches("data: ").count()));
+        }
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        let events = text.matches("data: ").count();
+        assert!(events >= 8, "{events} events");
+        // The first event is at the client long before the last one was produced.
+        let first = arrivals.iter().find(|(_, n)| *n >= 1).unwrap().0;
+        let last = arrivals.last().unwrap().0;
+        assert!(
+            last - first >= Duration::from_millis(600),
+            "events bunched: first {first:?}, last {last:?}"
+        );
+        assert!(arrivals.len() >= 5, "only {} reads", arrivals.len());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_errors_reach_the_client_verbatim() {
+    let (sim, proxy) = one_candidate(None).await;
+    sim.behaviour.set_fault(Fault::Status(503));
+    let direct = client()
+        .post(format!("{}/v1/chat/completions", sim.base_url()))
+        .body(chat_body("real-model", false))
+        .send()
+        .await
+        .unwrap();
+    let direct_status = direct.status();
+    let direct_type = direct.headers()["content-type"].clone();
+    let direct_body = direct.bytes().await.unwrap();
+    let resp = post(&proxy, "/v1/chat/completions", chat_body("fast", false)).await;
+    assert_eq!(resp.status(), direct_status);
+    assert_eq!(resp.headers()["content-type"], direct_type);
+    assert_eq!(resp.headers()["x-session-affinity"], "up/real-model");
+    assert_eq!(resp.bytes().await.unwrap(), direct_body);
+    // Exactly one attempt reached the provider: no retry.
+    assert_eq!(sim.request_count(), 2);
+}
