@@ -3,6 +3,7 @@
 //! Every knob is an atomic so the demo or a test can change it while requests are in flight;
 //! the server reads the current values once per request.
 
+use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -75,7 +76,6 @@ fn micros(d: Duration) -> u64 {
 
 /// Live-tunable behaviour of one simulated provider (all atomics so a test or the demo can
 /// change it mid-run).
-#[derive(Debug)]
 pub struct Behaviour {
     latency_us: AtomicU64,
     chunk_interval_us: AtomicU64,
@@ -85,6 +85,18 @@ pub struct Behaviour {
     /// Requests seen since the failure setting last changed.
     failure_counter: AtomicU64,
     fault: AtomicU64,
+}
+
+impl fmt::Debug for Behaviour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Behaviour")
+            .field("latency", &self.latency())
+            .field("chunk_interval", &self.chunk_interval())
+            .field("chunks", &self.chunks())
+            .field("failure_every", &self.failure_every())
+            .field("fault", &self.fault())
+            .finish()
+    }
 }
 
 impl Default for Behaviour {
@@ -222,6 +234,16 @@ mod tests {
         assert_eq!(b.next_failure(), Some(429));
         b.set_failure_every(0, 500);
         assert!((0..5).all(|_| b.next_failure().is_none()));
+    }
+
+    #[test]
+    fn debug_shows_decoded_settings() {
+        let b = Behaviour::new();
+        b.set_fault(Fault::Status(418));
+        b.set_failure_every(4, 503);
+        let text = format!("{b:?}");
+        assert!(text.contains("Status(418)"), "{text}");
+        assert!(text.contains("(4, 503)"), "{text}");
     }
 
     #[test]

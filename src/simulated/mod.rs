@@ -11,6 +11,7 @@
 
 mod behaviour;
 mod chunked;
+mod connection;
 mod http;
 mod record;
 mod responses;

@@ -70,8 +70,9 @@ impl Client {
         }
     }
 
+    /// Writes `raw`; a failed write (peer gone) shows up as a missing response instead.
     async fn send(&mut self, raw: &[u8]) {
-        self.stream.write_all(raw).await.expect("write");
+        let _ = self.stream.write_all(raw).await;
     }
 
     /// Reads more bytes; 0 at end of stream (errors such as resets count as end too).
@@ -373,6 +374,17 @@ async fn http_1_0_requests_close_unless_keep_alive() {
     let r = c.request(raw.as_bytes()).await;
     assert_eq!(r.json()["id"], "chatcmpl-sim-2");
     assert!(c.read_to_end().await.is_empty());
+
+    // Streaming to an HTTP/1.0 client: no chunked encoding, the body ends at close.
+    let mut c = Client::connect(p.addr).await;
+    let raw = format!(
+        "POST /v1/chat/completions HTTP/1.0\r\nconnection: keep-alive\r\ncontent-length: {}\r\n\r\n{CHAT_STREAM}",
+        CHAT_STREAM.len()
+    );
+    let r = c.request(raw.as_bytes()).await;
+    assert_eq!(r.header("transfer-encoding"), None);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
 }
 
 #[tokio::test]
@@ -735,4 +747,18 @@ async fn dropping_the_provider_shuts_it_down() {
     assert_eq!(p.name(), "gone");
     drop(p);
     assert!(TcpStream::connect(addr).await.is_err());
+}
+
+#[test]
+fn dropping_after_the_runtime_is_gone_does_not_panic() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let p = rt.block_on(SimProvider::start("late")).expect("start");
+    let addr = p.addr;
+    drop(rt);
+    p.shutdown();
+    drop(p);
+    assert!(std::net::TcpStream::connect(addr).is_err());
 }

@@ -1,0 +1,476 @@
+//! One accepted connection: reading HTTP/1.1 requests, answering them in OpenAI's formats,
+//! and misbehaving as the current [`Fault`] says.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, Bytes, BytesMut};
+use serde::Deserialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::behaviour::Fault;
+use super::chunked::{ChunkedDecoder, ChunkedError};
+use super::http::{parse_head, BodyFraming, Head, HeadError, Route, MAX_BODY_BYTES};
+use super::responses::{
+    push_chat_body, push_completion_body, push_embedding_body, push_error_body, push_json_head,
+    push_json_response, push_response_object, push_stream_head, sane_status, Conn, Ctx,
+};
+use super::server::Shared;
+use super::stream::{push_http_chunk, StreamApi, StreamPlan};
+
+/// What `Fault::Garbage` writes.
+const GARBAGE: &[u8] = b"\x00\xffSIMULATED GARBAGE \x1b[0m not http at all\r\n\r\n\x7f";
+/// What `Fault::CloseDuringHeaders` writes before closing.
+const HALF_STATUS_LINE: &[u8] = b"HTTP/1.1 20";
+/// How long a graceful close waits for the peer to finish sending.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// How a request left the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// Ready for the next request.
+    KeepAlive,
+    /// Close after the response: send FIN, then drain briefly so the peer reads the response.
+    Close,
+    /// Drop the socket now (peer gone, or a fault that closes without a word).
+    Abort,
+    /// Reset the connection (RST).
+    Reset,
+}
+
+/// Serves requests on `stream` until the peer leaves, a request asks to close, or a fault ends it.
+pub(crate) async fn serve_until_done(stream: TcpStream, shared: &Shared) {
+    let mut conn = Connection {
+        stream,
+        buf: BytesMut::with_capacity(8 * 1024),
+        out: Vec::with_capacity(4 * 1024),
+        scratch: Vec::with_capacity(4 * 1024),
+        shared,
+    };
+    match conn.run().await {
+        Flow::KeepAlive | Flow::Abort => {}
+        Flow::Close => conn.close_gracefully().await,
+        Flow::Reset => {
+            let _ = conn.stream.set_zero_linger();
+        }
+    }
+}
+
+/// Why reading a request stopped.
+#[derive(Debug)]
+enum ReadError {
+    /// The peer vanished or sent a truncated request: just drop the connection.
+    Io,
+    /// The request is unacceptable: answer with this status and message, then close.
+    Reject(u16, &'static str),
+}
+
+impl From<HeadError> for ReadError {
+    fn from(e: HeadError) -> ReadError {
+        ReadError::Reject(e.status(), e.message())
+    }
+}
+
+/// The parts of a JSON request body the simulator looks at.
+#[derive(Debug, Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+/// `stream_options` of a chat or completions request.
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+/// One accepted connection with its reusable buffers.
+struct Connection<'s> {
+    stream: TcpStream,
+    /// Bytes read but not yet consumed (may hold a pipelined next request).
+    buf: BytesMut,
+    /// The bytes of the next write.
+    out: Vec<u8>,
+    /// Room to render a body or event before framing it into `out`.
+    scratch: Vec<u8>,
+    shared: &'s Shared,
+}
+
+impl Connection<'_> {
+    async fn run(&mut self) -> Flow {
+        loop {
+            let (head, body) = match self.read_request().await {
+                Ok(Some(req)) => req,
+                Ok(None) | Err(ReadError::Io) => return Flow::Abort,
+                Err(ReadError::Reject(status, message)) => {
+                    let conn = Conn {
+                        version: 1,
+                        keep_alive: false,
+                    };
+                    return self.send_error(status, message, conn).await;
+                }
+            };
+            let flow = self.handle(head, body).await;
+            if flow != Flow::KeepAlive {
+                return flow;
+            }
+        }
+    }
+
+    /// Reads more bytes into `buf`; `Ok(0)` at end of stream.
+    async fn fill(&mut self) -> Result<usize, ReadError> {
+        let spare = self.buf.capacity() - self.buf.len();
+        if spare < 4096 {
+            self.buf.reserve(self.buf.len().max(8 * 1024));
+        }
+        self.stream
+            .read_buf(&mut self.buf)
+            .await
+            .map_err(|_| ReadError::Io)
+    }
+
+    /// Reads one request (head and whole body); `Ok(None)` if the peer closed between requests.
+    async fn read_request(&mut self) -> Result<Option<(Head, Bytes)>, ReadError> {
+        let (used, mut head) = loop {
+            if !self.buf.is_empty() {
+                // Read the switch per attempt: it may change while we wait for the head.
+                let record = self.shared.recorder.enabled();
+                if let Some(parsed) = parse_head(&self.buf, record)? {
+                    break parsed;
+                }
+            }
+            if self.fill().await? == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(ReadError::Io)
+                };
+            }
+        };
+        self.buf.advance(used);
+
+        let body_present = match head.framing {
+            BodyFraming::Length(n) => self.buf.len() >= n,
+            BodyFraming::Chunked => false,
+        };
+        if head.expect_continue && !body_present {
+            self.out.clear();
+            self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            if !self.write_out().await {
+                return Err(ReadError::Io);
+            }
+        }
+
+        let body = match head.framing {
+            BodyFraming::Length(n) => {
+                while self.buf.len() < n {
+                    self.buf.reserve(n - self.buf.len());
+                    if self.fill().await? == 0 {
+                        return Err(ReadError::Io);
+                    }
+                }
+                self.buf.split_to(n).freeze()
+            }
+            BodyFraming::Chunked => {
+                let mut decoder = ChunkedDecoder::new(MAX_BODY_BYTES);
+                let mut body = Vec::new();
+                loop {
+                    let used = decoder.feed(&self.buf, &mut body).map_err(|e| match e {
+                        ChunkedError::Malformed => {
+                            ReadError::Reject(400, "malformed chunked request body")
+                        }
+                        ChunkedError::TooLarge => ReadError::Reject(413, "request body too large"),
+                    })?;
+                    self.buf.advance(used);
+                    if decoder.is_done() {
+                        break;
+                    }
+                    if self.fill().await? == 0 {
+                        return Err(ReadError::Io);
+                    }
+                }
+                Bytes::from(body)
+            }
+        };
+        if let Some(mut rec) = head.record.take() {
+            rec.body = body.to_vec();
+            self.shared.recorder.push(rec);
+        }
+        Ok(Some((head, body)))
+    }
+
+    /// Answers one request according to the current behaviour.
+    async fn handle(&mut self, head: Head, body: Bytes) -> Flow {
+        let shared = self.shared;
+        let n = shared.count.fetch_add(1, Ordering::Relaxed) + 1;
+        let behaviour = &*shared.behaviour;
+        let fault = behaviour.fault();
+        let conn = Conn {
+            version: head.version,
+            keep_alive: head.keep_alive,
+        };
+        match fault {
+            Fault::RefuseConnections => return Flow::Abort,
+            Fault::NeverAnswer => {
+                self.hold().await;
+                return Flow::Abort;
+            }
+            _ => {}
+        }
+        let latency = behaviour.latency();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        match fault {
+            Fault::CloseDuringHeaders => {
+                self.out.clear();
+                self.out.extend_from_slice(HALF_STATUS_LINE);
+                return if self.write_out().await {
+                    Flow::Close
+                } else {
+                    Flow::Abort
+                };
+            }
+            Fault::Garbage => {
+                self.out.clear();
+                self.out.extend_from_slice(GARBAGE);
+                return if self.write_out().await {
+                    Flow::Close
+                } else {
+                    Flow::Abort
+                };
+            }
+            Fault::Status(status) => {
+                return self.send_error(status, "simulated failure", conn).await
+            }
+            _ => {}
+        }
+        if let Some(status) = behaviour.next_failure() {
+            return self.send_error(status, "simulated failure", conn).await;
+        }
+        if head.route == Route::NotFound || !head.is_post {
+            let target = head.target.as_deref().unwrap_or("?");
+            let (status, message) = if head.route == Route::NotFound {
+                (404, format!("Invalid URL ({target})"))
+            } else {
+                (405, format!("Method not allowed ({target})"))
+            };
+            return self.send_error(status, &message, conn).await;
+        }
+        let probe: Probe = match serde_json::from_slice(&body) {
+            Ok(p) => p,
+            Err(_) => {
+                let message = "We could not parse the JSON body of your request.";
+                return self.send_error(400, message, conn).await;
+            }
+        };
+        let model = probe
+            .model
+            .as_deref()
+            .or(head.deployment.as_deref())
+            .unwrap_or("unknown");
+        let ctx = Ctx {
+            n,
+            created: unix_now(),
+            model,
+            content: &shared.content,
+            prompt_tokens: (body.len() as u64 / 4).max(1),
+        };
+        let pace = match fault {
+            Fault::SlowDrip(d) => Some(d),
+            _ => None,
+        };
+        let reset = fault == Fault::ResetMidStream;
+        let api = match head.route {
+            Route::Chat => Some(StreamApi::Chat),
+            Route::Completions => Some(StreamApi::Completions),
+            Route::Responses => Some(StreamApi::Responses),
+            Route::Embeddings | Route::NotFound => None,
+        };
+        match api {
+            Some(api) if probe.stream == Some(true) => {
+                let plan = StreamPlan {
+                    api,
+                    ctx,
+                    chunks: behaviour.chunks(),
+                    include_usage: probe
+                        .stream_options
+                        .and_then(|o| o.include_usage)
+                        .unwrap_or(false),
+                };
+                let interval = pace.unwrap_or_else(|| behaviour.chunk_interval());
+                self.send_stream(&plan, conn, interval, reset).await
+            }
+            _ => {
+                self.scratch.clear();
+                match head.route {
+                    Route::Completions => push_completion_body(&mut self.scratch, &ctx),
+                    Route::Embeddings => push_embedding_body(&mut self.scratch, &ctx),
+                    Route::Responses => push_response_object(
+                        &mut self.scratch,
+                        &ctx,
+                        "completed",
+                        Some(ctx.content),
+                    ),
+                    Route::Chat | Route::NotFound => push_chat_body(&mut self.scratch, &ctx),
+                }
+                self.send_json_body(conn, pace, reset).await
+            }
+        }
+    }
+
+    /// Sends `scratch` as a 200 JSON response, possibly dripped or cut off by a reset.
+    async fn send_json_body(&mut self, conn: Conn, pace: Option<Duration>, reset: bool) -> Flow {
+        self.out.clear();
+        let len = self.scratch.len();
+        push_json_head(&mut self.out, 200, &self.shared.provider_header, conn, len);
+        if reset {
+            self.out.extend_from_slice(&self.scratch[..len / 2]);
+            return if self.write_out().await {
+                Flow::Reset
+            } else {
+                Flow::Abort
+            };
+        }
+        match pace {
+            None => self.out.extend_from_slice(&self.scratch),
+            Some(pace) => {
+                if !self.write_out().await {
+                    return Flow::Abort;
+                }
+                let pieces = self.shared.behaviour.chunks().max(1) as usize;
+                let step = len.div_ceil(pieces).max(1);
+                let mut start = 0;
+                while start < len {
+                    let end = (start + step).min(len);
+                    tokio::time::sleep(pace).await;
+                    self.out.clear();
+                    self.out.extend_from_slice(&self.scratch[start..end]);
+                    if !self.write_out().await {
+                        return Flow::Abort;
+                    }
+                    start = end;
+                }
+                return after(conn);
+            }
+        }
+        if self.write_out().await {
+            after(conn)
+        } else {
+            Flow::Abort
+        }
+    }
+
+    /// Sends a streaming answer, one write per SSE event, `interval` apart.
+    ///
+    /// Each event is its own HTTP chunk and its own `write` (with `TCP_NODELAY`, its own
+    /// segment), so a reader sees events arrive separately even with a zero interval.
+    async fn send_stream(
+        &mut self,
+        plan: &StreamPlan<'_>,
+        conn: Conn,
+        interval: Duration,
+        reset: bool,
+    ) -> Flow {
+        let chunked = conn.version >= 1;
+        let conn = Conn {
+            keep_alive: conn.keep_alive && chunked,
+            ..conn
+        };
+        // The head goes out in the same write as the first event (one syscall less per stream).
+        self.out.clear();
+        push_stream_head(&mut self.out, &self.shared.provider_header, conn);
+        let total = plan.len();
+        let send = if reset { total.min(2) } else { total };
+        for i in 0..send {
+            if i > 0 {
+                if !interval.is_zero() {
+                    tokio::time::sleep(interval).await;
+                }
+                self.out.clear();
+            }
+            self.scratch.clear();
+            plan.push_event(i, &mut self.scratch);
+            if chunked {
+                push_http_chunk(&mut self.out, &self.scratch);
+                if i + 1 == total {
+                    self.out.extend_from_slice(b"0\r\n\r\n");
+                }
+            } else {
+                self.out.extend_from_slice(&self.scratch);
+            }
+            if !self.write_out().await {
+                return Flow::Abort;
+            }
+        }
+        if reset {
+            Flow::Reset
+        } else {
+            after(conn)
+        }
+    }
+
+    /// Sends an OpenAI error response.
+    async fn send_error(&mut self, status: u16, message: &str, conn: Conn) -> Flow {
+        let status = sane_status(status);
+        self.scratch.clear();
+        push_error_body(&mut self.scratch, status, message);
+        let extra = if status == 429 {
+            &self.shared.rate_limit_headers
+        } else {
+            &self.shared.provider_header
+        };
+        self.out.clear();
+        push_json_response(&mut self.out, status, extra, conn, &self.scratch);
+        if self.write_out().await {
+            after(conn)
+        } else {
+            Flow::Abort
+        }
+    }
+
+    /// Writes `out` in full; `false` if the peer is gone.
+    async fn write_out(&mut self) -> bool {
+        self.stream.write_all(&self.out).await.is_ok()
+    }
+
+    /// Holds the connection silently until the peer closes it.
+    async fn hold(&mut self) {
+        let mut sink = [0u8; 4096];
+        while let Ok(n) = self.stream.read(&mut sink).await {
+            if n == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Sends FIN, then reads and discards until the peer closes (bounded), so a response
+    /// followed by close is not turned into a reset by unread request bytes.
+    async fn close_gracefully(&mut self) {
+        let _ = self.stream.shutdown().await;
+        let _ = tokio::time::timeout(LINGER, self.hold()).await;
+    }
+}
+
+/// The flow after a complete response.
+fn after(conn: Conn) -> Flow {
+    if conn.keep_alive {
+        Flow::KeepAlive
+    } else {
+        Flow::Close
+    }
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
