@@ -53,10 +53,18 @@ async fn bad_bodies_get_400_and_reach_no_provider() {
         let err = error_of(resp).await;
         assert_eq!(err["type"], "invalid_request_error", "{body:?}");
         assert_eq!(err["param"].as_str(), *param, "{body:?}");
-        assert!(err["message"].as_str().unwrap().contains(part), "{body:?}: {err}");
+        assert!(
+            err["message"].as_str().unwrap().contains(part),
+            "{body:?}: {err}"
+        );
     }
     // Invalid UTF-8 inside a string.
-    let resp = post(&proxy, "/v1/chat/completions", b"{\"model\":\"f\xffst\"}".to_vec()).await;
+    let resp = post(
+        &proxy,
+        "/v1/chat/completions",
+        b"{\"model\":\"f\xffst\"}".to_vec(),
+    )
+    .await;
     assert_eq!(resp.status(), 400);
     assert_eq!(sim.request_count(), 0, "a bad request reached the provider");
 }
@@ -64,12 +72,28 @@ async fn bad_bodies_get_400_and_reach_no_provider() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_models_paths_and_methods() {
     let (sim, proxy) = setup().await;
-    let resp = post(&proxy, "/v1/chat/completions", chat_body("gpt-5-nope", false)).await;
-    expect_error(resp, 404, Some("model"), Some("model_not_found"), "gpt-5-nope").await;
+    let resp = post(
+        &proxy,
+        "/v1/chat/completions",
+        chat_body("gpt-5-nope", false),
+    )
+    .await;
+    expect_error(
+        resp,
+        404,
+        Some("model"),
+        Some("model_not_found"),
+        "gpt-5-nope",
+    )
+    .await;
 
     let resp = post(&proxy, "/v1/audio/speech", chat_body("fast", false)).await;
     expect_error(resp, 404, None, Some("unknown_url"), "/v1/audio/speech").await;
-    let resp = client().get(proxy.url("/nothing/here")).send().await.unwrap();
+    let resp = client()
+        .get(proxy.url("/nothing/here"))
+        .send()
+        .await
+        .unwrap();
     expect_error(resp, 404, None, Some("unknown_url"), "/nothing/here").await;
 
     let resp = client()

@@ -1,0 +1,253 @@
+//! Latency-weighted routing, failure handling and session affinity, end to end.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn two_candidates(extra: &str) -> (SimProvider, SimProvider, Proxy) {
+    let a = SimProvider::start("a").await.unwrap();
+    let b = SimProvider::start("b").await.unwrap();
+    let config = format!(
+        "{}{}\n[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n{extra}",
+        provider_toml("a", &a, None),
+        provider_toml("b", &b, None)
+    );
+    let proxy = Proxy::start(&config).await;
+    (a, b, proxy)
+}
+
+/// Sends `n` requests over `workers` concurrent connections; returns the serving provider of
+/// each, in completion order, and checks every answer carries a valid affinity header.
+async fn drive(proxy: &Proxy, n: usize, workers: usize, stream: bool) -> Vec<String> {
+    let url = Arc::new(proxy.url("/v1/chat/completions"));
+    let per_worker = n / workers;
+    let mut handles = Vec::new();
+    for _ in 0..workers {
+        let url = url.clone();
+        handles.push(tokio::spawn(async move {
+            let c = client();
+            let mut served = Vec::with_capacity(per_worker);
+            for _ in 0..per_worker {
+                let resp = c
+                    .post(url.as_str())
+                    .body(chat_body("fast", stream))
+                    .send()
+                    .await
+                    .unwrap();
+                let provider = resp.headers()["x-sturnus-provider"]
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                let affinity = resp.headers()["x-session-affinity"].to_str().unwrap();
+                assert_eq!(affinity, format!("{provider}/m{provider}"));
+                resp.bytes().await.unwrap();
+                served.push(provider);
+            }
+            served
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    all
+}
+
+fn share(served: &[String], provider: &str) -> f64 {
+    served.iter().filter(|p| *p == provider).count() as f64 / served.len() as f64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
+    let (a, b, proxy) = two_candidates("").await;
+    a.behaviour.set_latency(Duration::from_millis(10));
+    b.behaviour.set_latency(Duration::from_millis(30));
+    let warmup = drive(&proxy, 40, 4, false).await;
+    assert!(
+        warmup.iter().any(|p| p == "b"),
+        "b was never probed while cold"
+    );
+    let served = drive(&proxy, 500, 4, false).await;
+    assert!(share(&served, "a") > 0.85, "a got {}", share(&served, "a"));
+    assert!(
+        share(&served, "b") > 0.0,
+        "the slower candidate lost its probe share"
+    );
+
+    a.behaviour.set_latency(Duration::from_millis(30));
+    b.behaviour.set_latency(Duration::from_millis(10));
+    let after = drive(&proxy, 400, 4, false).await;
+    let settled = &after[200..];
+    assert!(
+        share(settled, "b") > 0.85,
+        "b got {} after the swap",
+        share(settled, "b")
+    );
+    assert!(share(settled, "a") > 0.0);
+
+    let status = proxy.status().await;
+    let cands = &status["aliases"][0]["candidates"];
+    assert_eq!(cands[0]["provider"], "a");
+    assert_eq!(cands[1]["provider"], "b");
+    let total: f64 = (0..2)
+        .map(|i| cands[i]["share"]["non_streaming"].as_f64().unwrap())
+        .sum();
+    assert!((total - 1.0).abs() < 1e-9);
+    assert!(cands[1]["share"]["non_streaming"].as_f64().unwrap() > 0.85);
+    assert_eq!(cands[0]["state"], "warm");
+    let lat_a = cands[0]["non_streaming"]["latency_ms"].as_f64().unwrap();
+    assert!(
+        lat_a > 20.0,
+        "a's latency EWMA {lat_a} did not follow the slowdown"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_candidate_is_deprioritised_and_its_errors_reach_the_client() {
+    let (a, b, proxy) = two_candidates("").await;
+    a.behaviour.set_fault(Fault::Status(500));
+    let c = client();
+    let mut from_a = 0;
+    let mut last_half_a = 0;
+    for i in 0..200 {
+        let resp = c
+            .post(proxy.url("/v1/chat/completions"))
+            .body(chat_body("fast", false))
+            .send()
+            .await
+            .unwrap();
+        if resp.headers()["x-sturnus-provider"] == "a" {
+            from_a += 1;
+            if i >= 100 {
+                last_half_a += 1;
+            }
+            assert_eq!(resp.status(), 500);
+            let err = error_of(resp).await;
+            assert_eq!(err["message"], "simulated failure", "not verbatim: {err}");
+        } else {
+            assert_eq!(resp.status(), 200);
+            resp.bytes().await.unwrap();
+        }
+    }
+    assert!(from_a >= 1, "a was never tried");
+    assert!(
+        last_half_a <= 10,
+        "a still got {last_half_a} of the last 100"
+    );
+    // Exactly one provider attempt per client request: no retry, no failover.
+    assert_eq!(a.request_count() + b.request_count(), 200);
+    let status = proxy.status().await;
+    let cand_a = &status["aliases"][0]["candidates"][0];
+    assert_eq!(cand_a["state"], "degraded");
+    assert!(cand_a["success_rate"].as_f64().unwrap() < 0.2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_errors_do_not_count_against_a_provider() {
+    let (a, _b, proxy) = two_candidates("").await;
+    a.behaviour.set_fault(Fault::Status(400));
+    let served = drive(&proxy, 60, 2, false).await;
+    assert!(served.iter().any(|p| p == "a"));
+    let status = proxy.status().await;
+    let cand_a = &status["aliases"][0]["candidates"][0];
+    assert_eq!(cand_a["success_rate"].as_f64().unwrap(), 1.0);
+    assert_eq!(cand_a["state"], "warm");
+    assert_eq!(cand_a["failures"].as_u64().unwrap(), 0);
+}
+
+async fn pinned(proxy: &Proxy, value: &str) -> reqwest::Response {
+    client()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("x-session-affinity", value)
+        .body(chat_body("fast", false))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn affinity_pins_until_the_candidate_breaks() {
+    let (a, b, proxy) = two_candidates("").await;
+    a.behaviour.set_latency(Duration::from_millis(1));
+    b.behaviour.set_latency(Duration::from_millis(40));
+    drive(&proxy, 40, 2, false).await;
+    // b is clearly slower, yet a pin to b is honoured every time.
+    for _ in 0..20 {
+        let resp = pinned(&proxy, "b/mb").await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["x-session-affinity"], "b/mb");
+    }
+    // Once b fails repeatedly the pin breaks and the answer names the new candidate.
+    b.behaviour.set_fault(Fault::Status(503));
+    let mut to_b = 0;
+    let mut last = String::new();
+    for _ in 0..12 {
+        let resp = pinned(&proxy, "b/mb").await;
+        last = resp.headers()["x-session-affinity"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        if last == "b/mb" {
+            assert_eq!(resp.status(), 503);
+            to_b += 1;
+        }
+    }
+    assert!(
+        to_b >= 1 && to_b <= 5,
+        "b got {to_b} pinned requests while failing"
+    );
+    assert_eq!(last, "a/ma");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_or_foreign_pins_fall_back_to_routing() {
+    let (_a, _b, proxy) =
+        two_candidates("other = [{ provider = \"a\", model = \"elsewhere\" }]\n").await;
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for value in [
+        "garbage",
+        "",
+        "/",
+        "a/",
+        "a/elsewhere",
+        "c/mc",
+        "a/ma extra",
+        "a/m\u{e9}",
+        &"x".repeat(2000),
+    ] {
+        let resp = client()
+            .post(proxy.url("/v1/chat/completions"))
+            .header("x-session-affinity", value.as_bytes())
+            .body(chat_body("fast", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "pin {value:?}");
+        let affinity = resp.headers()["x-session-affinity"].to_str().unwrap();
+        assert!(affinity == "a/ma" || affinity == "b/mb", "{affinity}");
+        *seen.entry(affinity.to_string()).or_default() += 1;
+    }
+    assert_eq!(seen.values().sum::<usize>(), 9);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streaming_and_non_streaming_latencies_are_tracked_apart() {
+    let (a, _b, proxy) = two_candidates("").await;
+    a.behaviour.set_latency(Duration::from_millis(5));
+    drive(&proxy, 20, 2, true).await;
+    let status = proxy.status().await;
+    let cands = status["aliases"][0]["candidates"]
+        .as_array()
+        .unwrap()
+        .clone();
+    for c in &cands {
+        assert!(c["non_streaming"]["latency_ms"].is_null(), "{c}");
+    }
+    assert!(cands
+        .iter()
+        .any(|c| c["streaming"]["latency_ms"].is_number()));
+    assert_eq!(cands[0]["in_flight"], 0);
+}
