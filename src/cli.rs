@@ -34,6 +34,12 @@ pub enum Command {
     Serve,
     /// Validate the config, print the resolved aliases with secrets masked, exit 0 or 1.
     Check,
+    /// Run a self-contained demo: simulated providers, the real proxy, live routing tables.
+    Demo {
+        /// How long to drive traffic, in seconds.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
 }
 
 /// Parses the command line and runs it; returns the process exit code.
@@ -47,6 +53,7 @@ pub fn main() -> i32 {
     }
     match cli.command {
         Some(Command::Check) => check(&cli.config),
+        Some(Command::Demo { seconds }) => crate::demo::run(seconds),
         None | Some(Command::Serve) => serve(&cli.config, cli.pingora),
     }
 }

@@ -10,6 +10,7 @@ pub mod body;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod providers;
 pub mod proxy;
 pub mod routing;

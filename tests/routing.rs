@@ -196,7 +196,7 @@ async fn affinity_pins_until_the_candidate_breaks() {
         }
     }
     assert!(
-        to_b >= 1 && to_b <= 5,
+        (1..=5).contains(&to_b),
         "b got {to_b} pinned requests while failing"
     );
     assert_eq!(last, "a/ma");

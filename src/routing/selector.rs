@@ -159,7 +159,7 @@ fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
         };
         sum += *o;
     }
-    if !(sum > 0.0) {
+    if sum.is_nan() || sum <= 0.0 {
         out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
         return;
     }
