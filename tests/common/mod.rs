@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 pub use sturnus::simulated::{Fault, SimProvider};
 
+pub mod tls;
+
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
 
 /// A free loopback port (bound and released; the tiny race is acceptable in tests).

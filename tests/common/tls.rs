@@ -1,0 +1,62 @@
+//! An HTTPS front for a simulated provider, with a certificate from a throwaway test CA.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+
+/// A TLS-terminating listener forwarding to a plain-HTTP backend.
+pub struct TlsFront {
+    /// Where the HTTPS listener is.
+    pub addr: SocketAddr,
+    /// PEM file of the CA that signed the listener's certificate.
+    pub ca_pem: PathBuf,
+}
+
+/// Starts an HTTPS listener on 127.0.0.1 (certificate for IP 127.0.0.1) in front of `backend`.
+pub async fn front(backend: SocketAddr) -> TlsFront {
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "sturnus test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf_params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+
+    let ca_pem = super::scratch_dir().join("test-ca.pem");
+    std::fs::write(&ca_pem, ca.pem()).unwrap();
+
+    let config = ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+        )
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut plain) = TcpStream::connect(backend).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    TlsFront { addr, ca_pem }
+}
