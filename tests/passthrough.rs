@@ -228,3 +228,63 @@ async fn provider_errors_reach_the_client_verbatim() {
     // Exactly one attempt reached the provider: no retry.
     assert_eq!(sim.request_count(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expect_100_continue_is_answered_before_the_body_is_sent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (sim, proxy) = one_candidate(None).await;
+    let body = chat_body("fast", false);
+    let mut tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_millis(500), tcp.read(&mut buf))
+        .await
+        .expect("no 100 Continue within 500 ms")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    tcp.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !String::from_utf8_lossy(&answer).contains("chat.completion") && Instant::now() < deadline
+    {
+        let n = tcp.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert_eq!(sim.request_count(), 1);
+}
+
+/// Pingora writes `Content-Length` bodies through its bounded write buffer (flushed when full
+/// and at the end) and flushes chunked ones per chunk; either way nothing waits for the whole
+/// body. A provider dripping a JSON answer in pieces gets it to the client intact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dripped_non_streaming_answer_arrives_intact() {
+    let (sim, proxy) = one_candidate(None).await;
+    sim.behaviour
+        .set_fault(Fault::SlowDrip(Duration::from_millis(60)));
+    for body in [chat_body("fast", false), body_of_size(80 * 1024)] {
+        let resp = post(&proxy, "/v1/chat/completions", body).await;
+        assert_eq!(resp.status(), 200);
+        let length: usize = resp.headers()["content-length"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let body = resp.bytes().await.unwrap();
+        assert_eq!(body.len(), length);
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("whole JSON body");
+        assert_eq!(v["object"], "chat.completion");
+    }
+}
