@@ -118,6 +118,7 @@ pub fn status(app: &App) -> Value {
         .collect();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
+        "pid": std::process::id(),
         "uptime_secs": app.started.elapsed().as_secs(),
         "aliases": aliases,
     })

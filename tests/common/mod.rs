@@ -8,18 +8,34 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)]
 pub use sturnus::simulated::{Fault, SimProvider};
 
 pub mod tls;
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
 
-/// A free loopback port (bound and released; the tiny race is acceptable in tests).
+/// A free loopback port for a sturnus listener. Chosen below the kernel's ephemeral range
+/// (where the simulated providers' port-0 listeners land), so they cannot take it between the
+/// check and sturnus's bind; checked by binding it once.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    static SALT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id()
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(SALT.fetch_add(7_919, Ordering::Relaxed))
+        .wrapping_add(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0),
+        );
+    for i in 0..1000u32 {
+        let port = 20_000 + (seed.wrapping_add(i.wrapping_mul(104_729)) % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
 }
 
 /// A scratch directory unique to this test process and call.
@@ -58,6 +74,16 @@ impl Proxy {
 
     /// Starts sturnus with extra environment variables and command-line arguments.
     pub async fn start_with(config: &str, env: &[(&str, &str)], args: &[&str]) -> Proxy {
+        for _ in 0..3 {
+            if let Some(proxy) = Proxy::try_start(config, env, args).await {
+                return proxy;
+            }
+        }
+        panic!("sturnus could not bind a listener in three attempts");
+    }
+
+    /// One start attempt; `None` when the chosen port turned out to be taken.
+    async fn try_start(config: &str, env: &[(&str, &str)], args: &[&str]) -> Option<Proxy> {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let dir = scratch_dir();
@@ -83,20 +109,26 @@ impl Proxy {
             log_path,
             dir,
         };
-        proxy.wait_healthy().await;
-        proxy
+        proxy.wait_healthy().await.then_some(proxy)
     }
 
-    async fn wait_healthy(&mut self) {
+    /// Waits until this process (checked by pid) serves `/status`; false if it could not bind.
+    async fn wait_healthy(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(20);
         let client = client();
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("sturnus exited with {status}:\n{}", self.logs());
+                let logs = self.logs();
+                if logs.contains("Address already in use") {
+                    return false;
+                }
+                panic!("sturnus exited with {status}:\n{logs}");
             }
-            if let Ok(r) = client.get(self.url("/health")).send().await {
-                if r.status() == 200 {
-                    return;
+            if let Ok(r) = client.get(self.url("/status")).send().await {
+                if let Ok(v) = r.json::<serde_json::Value>().await {
+                    if v["pid"] == self.child.id() {
+                        return true;
+                    }
                 }
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
