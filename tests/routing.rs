@@ -62,9 +62,12 @@ fn share(served: &[String], provider: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
-    let (a, b, proxy) = two_candidates("").await;
+    // A 2% floor makes "the slower one is still probed in 500 requests" certain (0.98^500 is
+    // 4e-5) rather than likely; the 6x latency gap keeps the winner's share far above 85% even
+    // when a loaded machine adds milliseconds of scheduling noise to both.
+    let (a, b, proxy) = two_candidates("[routing]\nprobe_floor = 0.02\n").await;
     a.behaviour.set_latency(Duration::from_millis(10));
-    b.behaviour.set_latency(Duration::from_millis(30));
+    b.behaviour.set_latency(Duration::from_millis(60));
     let warmup = drive(&proxy, 40, 4, false).await;
     assert!(
         warmup.iter().any(|p| p == "b"),
@@ -77,7 +80,7 @@ async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
         "the slower candidate lost its probe share"
     );
 
-    a.behaviour.set_latency(Duration::from_millis(30));
+    a.behaviour.set_latency(Duration::from_millis(60));
     b.behaviour.set_latency(Duration::from_millis(10));
     let after = drive(&proxy, 400, 4, false).await;
     let settled = &after[200..];
