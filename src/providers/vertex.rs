@@ -1,6 +1,8 @@
-//! Vertex AI through its OpenAI-compatible endpoint, authorized by OAuth access tokens.
+//! Vertex AI through its OpenAI-compatible endpoint, authorized by Google OAuth access tokens
+//! (Application Default Credentials, kept fresh by [`super::gcp::Refresher`]).
 
 use super::credential::Credential;
+use super::gcp::{BearerToken, GoogleTokens};
 use super::Endpoint;
 use crate::config::ProviderConfig;
 use std::sync::Arc;
@@ -19,17 +21,30 @@ pub(super) fn endpoint(project_id: &str, location: &str) -> Endpoint {
     )
 }
 
-/// Vertex AI needs a Google access-token source, which this build does not have yet.
+/// The endpoint plus a Bearer credential over the process's Google token source, which is
+/// discovered once (ADC order) and shared through `google` by every Vertex provider.
 pub(super) fn build(
     cfg: &ProviderConfig,
     project_id: &str,
     location: &str,
-) -> Result<(Endpoint, Arc<dyn Credential>), String> {
-    let _ = endpoint(project_id, location);
-    Err(format!(
-        "provider.{}: vertex_ai providers are not supported by this build yet",
-        cfg.name
-    ))
+    google: &mut Option<Arc<GoogleTokens>>,
+) -> Result<(Endpoint, Arc<dyn Credential>, Arc<GoogleTokens>), String> {
+    let tokens = match google {
+        Some(tokens) => tokens.clone(),
+        None => {
+            let tokens = GoogleTokens::from_env()
+                .map_err(|e| format!("provider.{}: Google credentials: {e}", cfg.name))?;
+            log::info!(
+                "provider.{}: Vertex AI tokens come from {}",
+                cfg.name,
+                tokens.describe()
+            );
+            *google = Some(tokens.clone());
+            tokens
+        }
+    };
+    let credential = Arc::new(BearerToken(tokens.clone()));
+    Ok((endpoint(project_id, location), credential, tokens))
 }
 
 #[cfg(test)]
@@ -44,6 +59,15 @@ mod tests {
             e.prefix,
             "/v1/projects/p1/locations/us-central1/endpoints/openapi"
         );
-        assert_eq!(endpoint("p1", "global").host, "aiplatform.googleapis.com");
+        assert_eq!(
+            e.path_and_query("/chat/completions", None, "google/gemini-2.5-flash"),
+            "/v1/projects/p1/locations/us-central1/endpoints/openapi/chat/completions"
+        );
+        let g = endpoint("p1", "global");
+        assert_eq!(g.host, "aiplatform.googleapis.com");
+        assert_eq!(
+            g.prefix,
+            "/v1/projects/p1/locations/global/endpoints/openapi"
+        );
     }
 }
