@@ -193,9 +193,9 @@ impl Provider {
                 project_id,
                 location,
             } => {
-                let (endpoint, credential, shared) =
-                    vertex::build(cfg, project_id, location, google)?;
-                tokens = Some(shared);
+                let (endpoint, shared) = vertex::build(cfg, project_id, location, google)?;
+                tokens = Some(shared.clone());
+                let credential: Arc<dyn Credential> = Arc::new(gcp::BearerToken(shared));
                 (endpoint, credential)
             }
         };

@@ -1,8 +1,7 @@
 //! Vertex AI through its OpenAI-compatible endpoint, authorized by Google OAuth access tokens
 //! (Application Default Credentials, kept fresh by [`super::gcp::Refresher`]).
 
-use super::credential::Credential;
-use super::gcp::{BearerToken, GoogleTokens};
+use super::gcp::GoogleTokens;
 use super::Endpoint;
 use crate::config::ProviderConfig;
 use std::sync::Arc;
@@ -21,14 +20,14 @@ pub(super) fn endpoint(project_id: &str, location: &str) -> Endpoint {
     )
 }
 
-/// The endpoint plus a Bearer credential over the process's Google token source, which is
-/// discovered once (ADC order) and shared through `google` by every Vertex provider.
+/// The endpoint plus the process's Google token source (the credential is a Bearer token from
+/// it), discovered once in ADC order and shared through `google` by every Vertex provider.
 pub(super) fn build(
     cfg: &ProviderConfig,
     project_id: &str,
     location: &str,
     google: &mut Option<Arc<GoogleTokens>>,
-) -> Result<(Endpoint, Arc<dyn Credential>, Arc<GoogleTokens>), String> {
+) -> Result<(Endpoint, Arc<GoogleTokens>), String> {
     let tokens = match google {
         Some(tokens) => tokens.clone(),
         None => {
@@ -43,8 +42,7 @@ pub(super) fn build(
             tokens
         }
     };
-    let credential = Arc::new(BearerToken(tokens.clone()));
-    Ok((endpoint(project_id, location), credential, tokens))
+    Ok((endpoint(project_id, location), tokens))
 }
 
 #[cfg(test)]
