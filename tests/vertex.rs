@@ -233,27 +233,33 @@ async fn a_first_token_slower_than_the_bound_is_a_clear_503_then_arrives() {
 #[tokio::test(flavor = "multi_thread")]
 async fn service_account_assertions_are_signed_and_verified() {
     let mock = GcpMock::start(3600).await;
+    // The token endpoint is reached over HTTPS, like oauth2.googleapis.com, through a TLS front
+    // whose test CA is trusted via SSL_CERT_FILE.
+    let front = tls::front(mock.addr).await;
+    let token_uri = format!("https://127.0.0.1:{}/token", front.addr.port());
     let dir = scratch_dir();
     let (private_pem, public_pem) = rsa_key_pair(&dir);
     let email = "sturnus@sturnus-test.iam.gserviceaccount.com";
     mock.expect_service_account(ServiceAccountExpectation {
         email: email.into(),
         key_id: "key-1".into(),
-        public_pem,
+        public_pem: public_pem.clone(),
+        audience: token_uri.clone(),
     });
     let key_file = dir.join("sa.json");
     std::fs::write(
         &key_file,
-        service_account_json(email, "key-1", &private_pem, &mock.token_uri()),
+        service_account_json(email, "key-1", &private_pem, &token_uri),
     )
     .unwrap();
     let sim = SimProvider::start("vertex").await.unwrap();
     // The metadata server must not be needed: point it at a closed port.
-    let env = adc_env(
+    let mut env = adc_env(
         &dir,
         key_file.to_str().unwrap(),
         &format!("127.0.0.1:{}", free_port()),
     );
+    env.push(("SSL_CERT_FILE".into(), front.ca_pem.display().to_string()));
     let proxy = start(&solo_config(&sim), &env).await;
 
     let resp = post(&proxy, "/v1/chat/completions", marked_body("gem", "sa")).await;
@@ -279,6 +285,12 @@ async fn service_account_assertions_are_signed_and_verified() {
     assert!(logs.contains(email), "the log names the account:\n{logs}");
 
     // A key the token endpoint does not know is refused, and the client learns why.
+    mock.expect_service_account(ServiceAccountExpectation {
+        email: email.into(),
+        key_id: "key-1".into(),
+        public_pem,
+        audience: mock.token_uri(),
+    });
     let (other_private, _) = rsa_key_pair(&dir);
     let bad_file = dir.join("other.json");
     std::fs::write(

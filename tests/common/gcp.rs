@@ -29,6 +29,8 @@ pub struct ServiceAccountExpectation {
     pub key_id: String,
     /// PEM public key that must verify the signature.
     pub public_pem: String,
+    /// `aud` claim: the `token_uri` of the key file (this mock's own, or a TLS front's).
+    pub audience: String,
 }
 
 /// What a refresh-token grant must carry to be accepted.
@@ -120,7 +122,7 @@ impl GcpMock {
                 let shared = shared.clone();
                 let gate = gate_rx.clone();
                 tokio::spawn(async move {
-                    let _ = serve(stream, addr, shared, gate).await;
+                    let _ = serve(stream, shared, gate).await;
                 });
             }
         });
@@ -200,7 +202,6 @@ impl Drop for GcpMock {
 /// Reads one request, answers it, closes.
 async fn serve(
     mut stream: TcpStream,
-    me: SocketAddr,
     state: Arc<Mutex<State>>,
     mut gate: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -256,7 +257,7 @@ async fn serve(
         .requests
         .push(request.clone());
     let _ = gate.wait_for(|open| *open).await;
-    let (status, content_type, body) = answer(&request, me, &state);
+    let (status, content_type, body) = answer(&request, &state);
     let head = format!(
         "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         if status == 200 { "OK" } else { "Error" },
@@ -268,7 +269,7 @@ async fn serve(
 }
 
 /// Routes one request: metadata token, OAuth token endpoint, or 404.
-fn answer(req: &MockRequest, me: SocketAddr, state: &Mutex<State>) -> (u16, &'static str, String) {
+fn answer(req: &MockRequest, state: &Mutex<State>) -> (u16, &'static str, String) {
     let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", METADATA_TOKEN_PATH) => {
@@ -285,11 +286,9 @@ fn answer(req: &MockRequest, me: SocketAddr, state: &Mutex<State>) -> (u16, &'st
             let form = parse_form(&req.body);
             let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
             let verdict = match get("grant_type") {
-                Some("urn:ietf:params:oauth:grant-type:jwt-bearer") => verify_assertion(
-                    get("assertion").unwrap_or(""),
-                    me,
-                    s.service_account.as_ref(),
-                ),
+                Some("urn:ietf:params:oauth:grant-type:jwt-bearer") => {
+                    verify_assertion(get("assertion").unwrap_or(""), s.service_account.as_ref())
+                }
                 Some("refresh_token") => match &s.user {
                     Some(u)
                         if get("client_id") == Some(u.client_id.as_str())
@@ -339,11 +338,7 @@ fn issue(s: &mut State) -> (u16, &'static str, String) {
 }
 
 /// Checks a service-account assertion the way Google's token endpoint does.
-fn verify_assertion(
-    jwt: &str,
-    me: SocketAddr,
-    expected: Option<&ServiceAccountExpectation>,
-) -> Result<(), String> {
+fn verify_assertion(jwt: &str, expected: Option<&ServiceAccountExpectation>) -> Result<(), String> {
     let e = expected.ok_or("no service account is known here")?;
     let header =
         jsonwebtoken::decode_header(jwt).map_err(|err| format!("bad JWT header: {err}"))?;
@@ -355,7 +350,7 @@ fn verify_assertion(
     }
     let key = DecodingKey::from_rsa_pem(e.public_pem.as_bytes()).map_err(|err| err.to_string())?;
     let mut v = Validation::new(Algorithm::RS256);
-    v.set_audience(&[format!("http://{me}/token")]);
+    v.set_audience(&[e.audience.as_str()]);
     v.set_issuer(&[e.email.as_str()]);
     v.set_required_spec_claims(&["exp", "iat", "iss", "aud"]);
     let claims = jsonwebtoken::decode::<serde_json::Value>(jwt, &key, &v)

@@ -117,6 +117,9 @@ impl TokenCell {
 
     /// A signal for the end of the first fetch, while that fetch is still running.
     pub fn pending(&self) -> Option<Pending> {
+        if *self.first_done.borrow() {
+            return None;
+        }
         let rx = self.first_done.subscribe();
         if *rx.borrow() {
             None
