@@ -76,11 +76,7 @@ pub struct Catalog {
 impl Catalog {
     /// Builds the table from a validated config.
     pub fn build(config: &Config) -> Result<Catalog, String> {
-        let providers: Vec<Arc<Provider>> = config
-            .providers
-            .iter()
-            .map(|p| Provider::from_config(p).map(Arc::new))
-            .collect::<Result<_, _>>()?;
+        let providers = crate::providers::build_all(&config.providers)?;
         let mut candidates: Vec<Arc<Candidate>> = Vec::new();
         let mut aliases = Vec::with_capacity(config.aliases.len());
         for alias in &config.aliases {

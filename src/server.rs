@@ -1,12 +1,14 @@
 //! Wiring a Pingora server: the proxy service on `listen`, with sturnus's own defaults.
 
 use crate::app::App;
+use crate::providers::gcp::Refresher;
 use crate::proxy::Sturnus;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use std::sync::Arc;
 
-/// Builds a bootstrapped Pingora server running the sturnus proxy for `app`.
+/// Builds a bootstrapped Pingora server running the sturnus proxy for `app` (and, when a
+/// provider uses Google tokens, the background service keeping them fresh).
 pub fn build(opt: Opt, app: Arc<App>) -> Result<Server, String> {
     let conf = server_conf(&opt)?;
     let mut server = Server::new_with_opt_and_conf(opt, conf);
@@ -18,6 +20,11 @@ pub fn build(opt: Opt, app: Arc<App>) -> Result<Server, String> {
     );
     proxy.add_tcp(&app.config.listen.to_string());
     server.add_service(proxy);
+    let roots = app.peer_settings.roots.clone();
+    if let Some(refresher) = Refresher::for_providers(&app.catalog.providers, roots) {
+        let service = pingora::services::background::background_service("google tokens", refresher);
+        server.add_service(service);
+    }
     Ok(server)
 }
 

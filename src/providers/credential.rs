@@ -5,6 +5,8 @@
 
 use http::header::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
+use std::time::Duration;
+use tokio::sync::watch;
 
 /// Why a provider cannot be authorized right now (never contains the secret itself).
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +26,30 @@ pub trait Credential: Send + Sync {
     /// Whether a request could be authorized now (static keys always can).
     fn ready(&self) -> Result<(), CredentialError> {
         Ok(())
+    }
+
+    /// While the first credential is still being obtained in the background: a signal that
+    /// fires when that first attempt ends (static keys never pend).
+    fn pending(&self) -> Option<Pending> {
+        None
+    }
+}
+
+/// The end of a credential's first fetch, for the first requests to wait on (with a bound).
+pub struct Pending(watch::Receiver<bool>);
+
+impl Pending {
+    /// Wraps a receiver whose value turns `true` once the first attempt has ended.
+    pub fn new(done: watch::Receiver<bool>) -> Self {
+        Pending(done)
+    }
+
+    /// Waits until the first attempt has ended or `bound` has passed; true if it ended.
+    pub async fn wait(mut self, bound: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(bound, self.0.wait_for(|done| *done)).await,
+            Ok(Ok(_))
+        )
     }
 }
 
@@ -67,6 +93,19 @@ mod tests {
         cred.apply(&mut req).unwrap();
         assert_eq!(req.headers["authorization"], "Bearer sk-secret");
         assert!(!format!("{:?}", req.headers).contains("sk-secret"));
+    }
+
+    #[tokio::test]
+    async fn pending_waits_for_the_first_attempt_with_a_bound() {
+        let (tx, rx) = watch::channel(false);
+        assert!(
+            !Pending::new(rx.clone())
+                .wait(Duration::from_millis(20))
+                .await
+        );
+        let waiter = tokio::spawn(Pending::new(rx).wait(Duration::from_secs(30)));
+        tx.send_replace(true);
+        assert!(waiter.await.unwrap());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 mod anthropic;
 mod azure;
 pub mod credential;
+pub mod gcp;
 mod google_ai;
 mod openai;
 pub mod resolve;
@@ -15,6 +16,7 @@ mod vertex;
 
 use crate::config::{ProviderConfig, ProviderKind};
 pub use credential::{Credential, CredentialError};
+use gcp::GoogleTokens;
 use pingora::http::RequestHeader;
 use pingora_core::upstreams::peer::HttpPeer;
 use resolve::HostAddr;
@@ -123,6 +125,18 @@ fn percent_encode_segment(s: &str) -> String {
     out
 }
 
+/// How long a request waits for a credential's first fetch (a Google token at startup).
+pub const FIRST_CREDENTIAL_WAIT: Duration = Duration::from_secs(5);
+
+/// Builds every configured provider, in order; Vertex providers share one Google token source.
+pub fn build_all(configs: &[ProviderConfig]) -> Result<Vec<Arc<Provider>>, String> {
+    let mut google = None;
+    configs
+        .iter()
+        .map(|cfg| Provider::build(cfg, &mut google).map(Arc::new))
+        .collect()
+}
+
 /// Upstream connection settings shared by every provider.
 #[derive(Clone)]
 pub struct PeerSettings {
@@ -143,6 +157,7 @@ pub struct Provider {
     host_header: String,
     addr: HostAddr,
     credential: Arc<dyn Credential>,
+    google: Option<Arc<GoogleTokens>>,
 }
 
 impl std::fmt::Debug for Provider {
@@ -155,8 +170,17 @@ impl std::fmt::Debug for Provider {
 }
 
 impl Provider {
-    /// Builds a provider from its config section.
+    /// Builds a provider from its config section (a Vertex provider gets its own token source;
+    /// [`build_all`] shares one).
     pub fn from_config(cfg: &ProviderConfig) -> Result<Provider, String> {
+        Self::build(cfg, &mut None)
+    }
+
+    fn build(
+        cfg: &ProviderConfig,
+        google: &mut Option<Arc<GoogleTokens>>,
+    ) -> Result<Provider, String> {
+        let mut tokens = None;
         let (endpoint, credential) = match &cfg.kind {
             ProviderKind::OpenAiCompatible => openai::build(cfg)?,
             ProviderKind::AzureOpenAi {
@@ -168,7 +192,12 @@ impl Provider {
             ProviderKind::VertexAi {
                 project_id,
                 location,
-            } => vertex::build(cfg, project_id, location)?,
+            } => {
+                let (endpoint, shared) = vertex::build(cfg, project_id, location, google)?;
+                tokens = Some(shared.clone());
+                let credential: Arc<dyn Credential> = Arc::new(gcp::BearerToken(shared));
+                (endpoint, credential)
+            }
         };
         let endpoint = endpoint.overridden_by(cfg);
         Ok(Provider {
@@ -177,7 +206,14 @@ impl Provider {
             addr: HostAddr::new(&endpoint.host, endpoint.port),
             endpoint,
             credential,
+            google: tokens,
         })
+    }
+
+    /// The Google token source behind this provider's credential (Vertex AI only), for the
+    /// background refresher.
+    pub fn google_tokens(&self) -> Option<&Arc<GoogleTokens>> {
+        self.google.as_ref()
     }
 
     /// The `Host` header value for requests to this provider.
@@ -191,7 +227,12 @@ impl Provider {
     }
 
     /// Checks, without a request at hand, whether the credential can currently authorize one.
-    pub fn credential_ready(&self) -> Result<(), CredentialError> {
+    /// While a first token is still being fetched, waits for it at most
+    /// [`FIRST_CREDENTIAL_WAIT`]; once it exists this never waits.
+    pub async fn credential_ready(&self) -> Result<(), CredentialError> {
+        if let Some(pending) = self.credential.pending() {
+            pending.wait(FIRST_CREDENTIAL_WAIT).await;
+        }
         self.credential.ready()
     }
 
@@ -257,6 +298,99 @@ mod tests {
             ),
             "/openai/deployments/gpt%204o%2Fmini/chat/completions?x=1&api-version=2024-10-21"
         );
+    }
+
+    fn built(kind: ProviderKind, key: Option<&str>) -> Provider {
+        Provider::from_config(&ProviderConfig {
+            name: "p".into(),
+            kind,
+            base_url: None,
+            api_key: key.map(crate::config::Secret::new),
+        })
+        .unwrap()
+    }
+
+    /// The derived URL (host header + path) and the auth headers each kind sends.
+    fn sent(p: &Provider, suffix: &str, query: Option<&str>, model: &str) -> (String, Vec<String>) {
+        let mut req = RequestHeader::build("POST", b"/", None).unwrap();
+        p.authorize(&mut req).unwrap();
+        let mut headers: Vec<String> = req
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap()))
+            .collect();
+        headers.sort();
+        let url = format!(
+            "https://{}{}",
+            p.host_header(),
+            p.endpoint.path_and_query(suffix, query, model)
+        );
+        (url, headers)
+    }
+
+    #[test]
+    fn derived_urls_and_auth_headers_per_kind() {
+        let azure = built(
+            ProviderKind::AzureOpenAi {
+                resource_name: "my-res".into(),
+                api_version: "2024-10-21".into(),
+            },
+            Some("az-key"),
+        );
+        assert_eq!(
+            sent(&azure, "/chat/completions", Some("x=1"), "gpt-4o"),
+            (
+                "https://my-res.openai.azure.com/openai/deployments/gpt-4o/chat/completions?x=1&api-version=2024-10-21".into(),
+                vec!["api-key: az-key".into()]
+            )
+        );
+        let azure_v1 = built(
+            ProviderKind::AzureOpenAi {
+                resource_name: "my-res".into(),
+                api_version: "v1".into(),
+            },
+            Some("az-key"),
+        );
+        assert_eq!(
+            sent(&azure_v1, "/embeddings", None, "gpt-4o").0,
+            "https://my-res.openai.azure.com/openai/v1/embeddings"
+        );
+        let gemini = built(
+            ProviderKind::GoogleAi {
+                api_version: "v1beta".into(),
+            },
+            Some("g-key"),
+        );
+        assert_eq!(
+            sent(&gemini, "/chat/completions", None, "gemini-2.5-flash"),
+            (
+                "https://generativelanguage.googleapis.com/v1beta/openai/chat/completions".into(),
+                vec!["authorization: Bearer g-key".into()]
+            )
+        );
+        let claude = built(
+            ProviderKind::Anthropic {
+                version: "2023-06-01".into(),
+            },
+            Some("a-key"),
+        );
+        assert_eq!(
+            sent(&claude, "/chat/completions", None, "claude-sonnet-4-5"),
+            (
+                "https://api.anthropic.com/v1/chat/completions".into(),
+                vec![
+                    "anthropic-version: 2023-06-01".into(),
+                    "x-api-key: a-key".into()
+                ]
+            )
+        );
+        let keyless = built(
+            ProviderKind::GoogleAi {
+                api_version: "v1".into(),
+            },
+            None,
+        );
+        assert!(sent(&keyless, "/chat/completions", None, "m").1.is_empty());
     }
 
     #[test]

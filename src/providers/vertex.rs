@@ -1,6 +1,7 @@
-//! Vertex AI through its OpenAI-compatible endpoint, authorized by OAuth access tokens.
+//! Vertex AI through its OpenAI-compatible endpoint, authorized by Google OAuth access tokens
+//! (Application Default Credentials, kept fresh by [`super::gcp::Refresher`]).
 
-use super::credential::Credential;
+use super::gcp::GoogleTokens;
 use super::Endpoint;
 use crate::config::ProviderConfig;
 use std::sync::Arc;
@@ -19,17 +20,29 @@ pub(super) fn endpoint(project_id: &str, location: &str) -> Endpoint {
     )
 }
 
-/// Vertex AI needs a Google access-token source, which this build does not have yet.
+/// The endpoint plus the process's Google token source (the credential is a Bearer token from
+/// it), discovered once in ADC order and shared through `google` by every Vertex provider.
 pub(super) fn build(
     cfg: &ProviderConfig,
     project_id: &str,
     location: &str,
-) -> Result<(Endpoint, Arc<dyn Credential>), String> {
-    let _ = endpoint(project_id, location);
-    Err(format!(
-        "provider.{}: vertex_ai providers are not supported by this build yet",
-        cfg.name
-    ))
+    google: &mut Option<Arc<GoogleTokens>>,
+) -> Result<(Endpoint, Arc<GoogleTokens>), String> {
+    let tokens = match google {
+        Some(tokens) => tokens.clone(),
+        None => {
+            let tokens = GoogleTokens::from_env()
+                .map_err(|e| format!("provider.{}: Google credentials: {e}", cfg.name))?;
+            log::info!(
+                "provider.{}: Vertex AI tokens come from {}",
+                cfg.name,
+                tokens.describe()
+            );
+            *google = Some(tokens.clone());
+            tokens
+        }
+    };
+    Ok((endpoint(project_id, location), tokens))
 }
 
 #[cfg(test)]
@@ -44,6 +57,15 @@ mod tests {
             e.prefix,
             "/v1/projects/p1/locations/us-central1/endpoints/openapi"
         );
-        assert_eq!(endpoint("p1", "global").host, "aiplatform.googleapis.com");
+        assert_eq!(
+            e.path_and_query("/chat/completions", None, "google/gemini-2.5-flash"),
+            "/v1/projects/p1/locations/us-central1/endpoints/openapi/chat/completions"
+        );
+        let g = endpoint("p1", "global");
+        assert_eq!(g.host, "aiplatform.googleapis.com");
+        assert_eq!(
+            g.prefix,
+            "/v1/projects/p1/locations/global/endpoints/openapi"
+        );
     }
 }

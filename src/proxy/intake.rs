@@ -102,7 +102,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         body_len: spliced.len(),
     });
 
-    if let Err(why) = provider.credential_ready() {
+    if let Err(why) = provider.credential_ready().await {
         ctx.failure = Some(crate::routing::ErrorKind::Auth);
         let err = ApiError::credential_unavailable(&provider.name, &why.0);
         respond::error(session, &err, true).await?;

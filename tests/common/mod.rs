@@ -8,6 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod gcp;
+
 #[allow(unused_imports)]
 pub use sturnus::simulated::{Fault, SimProvider};
 
