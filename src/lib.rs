@@ -10,6 +10,8 @@ pub mod body;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod metrics_listener;
+pub mod observe;
 pub mod providers;
 pub mod proxy;
 pub mod routing;

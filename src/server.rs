@@ -1,4 +1,5 @@
-//! Wiring a Pingora server: the proxy service on `listen`, with sturnus's own defaults.
+//! Wiring a Pingora server: the proxy service on `listen`, the metrics service on
+//! `metrics_listen` (when set), with sturnus's own defaults.
 
 use crate::app::App;
 use crate::proxy::Sturnus;
@@ -18,6 +19,9 @@ pub fn build(opt: Opt, app: Arc<App>) -> Result<Server, String> {
     );
     proxy.add_tcp(&app.config.listen.to_string());
     server.add_service(proxy);
+    if let Some(addr) = app.config.metrics_listen {
+        server.add_service(crate::metrics_listener::service(app.clone(), addr));
+    }
     Ok(server)
 }
 
