@@ -898,3 +898,52 @@ async fn metrics_listen_serves_only_the_four_paths_and_never_proxies() {
         Some(1.0)
     );
 }
+
+/// Every `sturnus_*` name in a text, with histogram suffixes folded into their family.
+fn metric_names(text: &str, families: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("sturnus_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|b| families.contains_key(*b)))
+            .unwrap_or(name);
+        out.insert(family.to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn docs_and_dashboard_name_only_real_metrics() {
+    let config = sturnus::config::Config::parse(
+        "[provider.p]\nbase_url = \"http://127.0.0.1:9/v1\"\n[model]\na = [{ provider = \"p\", model = \"m\" }]\n",
+        &|_| None,
+    )
+    .unwrap();
+    let catalog = sturnus::catalog::Catalog::build(&config).unwrap();
+    let metrics = sturnus::observe::Metrics::new(&catalog).unwrap();
+    let text = String::from_utf8(metrics.render(&catalog)).unwrap();
+    let families = Exposition::parse(&text).unwrap().types;
+    let real: BTreeSet<String> = families.keys().cloned().collect();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let docs = std::fs::read_to_string(root.join("docs/observability.md")).unwrap();
+    let dashboard = std::fs::read_to_string(root.join("examples/grafana/sturnus.json")).unwrap();
+    let _: Value = serde_json::from_str(&dashboard).expect("dashboard is JSON");
+    assert_eq!(
+        metric_names(&docs, &families),
+        real,
+        "docs/observability.md"
+    );
+    let used = metric_names(&dashboard, &families);
+    assert!(
+        used.is_subset(&real),
+        "unknown metrics in the dashboard: {used:?}"
+    );
+    assert_eq!(used.len(), real.len(), "the dashboard leaves a metric out");
+}

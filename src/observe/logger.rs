@@ -5,7 +5,7 @@
 //! when stdout is not a terminal and readable text when it is. Logs go to stdout. A JSON line is
 //! `{"timestamp","level","target","message", ...}` with each `log` key-value as its own field.
 
-use log::kv::{self, Key, Value, VisitSource};
+use log::kv::{self, Key, Value, VisitSource, VisitValue};
 use log::Record;
 use std::io::{IsTerminal, Write};
 
@@ -87,9 +87,48 @@ fn push_json_str(s: &mut String, text: &str) {
     s.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into()));
 }
 
-/// A key-value as JSON; values that cannot be serialized become their text.
+/// A key-value as JSON: numbers, booleans, strings and `null` keep their type; anything else
+/// becomes its text.
 fn json_value(value: &Value) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()))
+    let mut out = ToJson(serde_json::Value::Null);
+    if value.visit(&mut out).is_err() {
+        return serde_json::Value::String(value.to_string());
+    }
+    out.0
+}
+
+struct ToJson(serde_json::Value);
+
+impl<'v> VisitValue<'v> for ToJson {
+    fn visit_any(&mut self, value: Value) -> Result<(), kv::Error> {
+        self.0 = serde_json::Value::String(value.to_string());
+        Ok(())
+    }
+    fn visit_null(&mut self) -> Result<(), kv::Error> {
+        self.0 = serde_json::Value::Null;
+        Ok(())
+    }
+    fn visit_u64(&mut self, value: u64) -> Result<(), kv::Error> {
+        self.0 = value.into();
+        Ok(())
+    }
+    fn visit_i64(&mut self, value: i64) -> Result<(), kv::Error> {
+        self.0 = value.into();
+        Ok(())
+    }
+    fn visit_f64(&mut self, value: f64) -> Result<(), kv::Error> {
+        // Non-finite numbers have no JSON form.
+        self.0 = serde_json::Number::from_f64(value).map_or(serde_json::Value::Null, Into::into);
+        Ok(())
+    }
+    fn visit_bool(&mut self, value: bool) -> Result<(), kv::Error> {
+        self.0 = value.into();
+        Ok(())
+    }
+    fn visit_str(&mut self, value: &str) -> Result<(), kv::Error> {
+        self.0 = value.into();
+        Ok(())
+    }
 }
 
 struct JsonFields<'a>(&'a mut String);
@@ -171,6 +210,20 @@ mod tests {
         );
         assert!(line.ends_with(" request_id=abc status=200 stream=true ttfc_ms=12.5"));
         assert!(!line.contains("alias"));
+    }
+
+    #[test]
+    fn values_keep_their_json_types() {
+        use serde_json::json;
+        assert_eq!(json_value(&Value::from(-3i64)), json!(-3));
+        assert_eq!(json_value(&Value::from(7u64)), json!(7));
+        assert_eq!(json_value(&Value::from(0.5f64)), json!(0.5));
+        assert_eq!(json_value(&Value::from(f64::NAN)), json!(null));
+        assert_eq!(json_value(&Value::from(false)), json!(false));
+        assert_eq!(json_value(&Value::from("a\"b")), json!("a\"b"));
+        assert_eq!(json_value(&Option::<u16>::None.to_value()), json!(null));
+        assert_eq!(json_value(&Some(404u16).to_value()), json!(404));
+        assert_eq!(json_value(&Value::from_display(&'x')), json!("x"));
     }
 
     #[test]

@@ -68,6 +68,8 @@ struct AliasSeries {
 pub struct CandidateSeries {
     labels: [String; 3],
     requests: IntCounterVec,
+    /// The `status_code="200"` counter, resolved ahead for the common case.
+    ok: IntCounter,
     ttfc: [Histogram; 2],
     latency: [Histogram; 2],
     errors: [IntCounter; ERROR_KINDS.len()],
@@ -164,7 +166,7 @@ impl Metrics {
                 .map(|c| {
                     let labels = [alias.name.clone(), c.provider.name.clone(), c.model.clone()];
                     let l = |extra| with_extra(&labels, extra);
-                    requests.with_label_values(&l(PRECREATED_STATUS));
+                    let ok = requests.with_label_values(&l(PRECREATED_STATUS));
                     let by_mode = |vec: &HistogramVec| {
                         [Mode::NonStreaming, Mode::Streaming]
                             .map(|m| vec.with_label_values(&l(stream_label(m))))
@@ -172,6 +174,7 @@ impl Metrics {
                     let base: Vec<&str> = labels.iter().map(String::as_str).collect();
                     Arc::new(CandidateSeries {
                         requests: requests.clone(),
+                        ok,
                         ttfc: by_mode(&ttfc),
                         latency: by_mode(&latency),
                         errors: ERROR_KINDS.map(|k| errors.with_label_values(&l(k.as_str()))),
@@ -297,11 +300,15 @@ impl Tracked {
         let Some(s) = &self.series else {
             return;
         };
-        let code = status.to_string();
-        let [alias, provider, model] = &s.labels;
-        s.requests
-            .with_label_values(&[alias.as_str(), provider.as_str(), model.as_str(), &code])
-            .inc();
+        if status == 200 {
+            s.ok.inc();
+        } else {
+            let code = status.to_string();
+            let [alias, provider, model] = &s.labels;
+            s.requests
+                .with_label_values(&[alias.as_str(), provider.as_str(), model.as_str(), &code])
+                .inc();
+        }
         if let Some(latency) = latency {
             s.latency[slot(self.mode)].observe(latency);
         }
