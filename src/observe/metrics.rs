@@ -265,11 +265,6 @@ impl Metrics {
         }
         out
     }
-
-    /// The alias names in config order (for tests and diagnostics).
-    pub fn aliases(&self) -> impl Iterator<Item = &str> {
-        self.aliases.iter().map(|a| a.name.as_str())
-    }
 }
 
 /// One routed request's metric handles; decrements the in-flight gauge when dropped.
@@ -279,14 +274,6 @@ pub struct Tracked {
 }
 
 impl Tracked {
-    /// A handle that records nothing (requests that were never routed).
-    pub fn none() -> Tracked {
-        Tracked {
-            series: None,
-            mode: Mode::NonStreaming,
-        }
-    }
-
     /// Observes the time to the first response chunk.
     pub fn first_chunk(&self, seconds: f64) {
         if let Some(s) = &self.series {
