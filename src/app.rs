@@ -2,6 +2,7 @@
 
 use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::observe::Metrics;
 use crate::providers::{tls, PeerSettings};
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +17,8 @@ pub struct App {
     pub peer_settings: PeerSettings,
     /// Connector for the direct path (bodies Pingora cannot replay), with its own pool.
     pub connector: pingora_core::connectors::http::Connector,
+    /// The Prometheus metrics, with every configured series pre-created.
+    pub metrics: Metrics,
     /// When this process started serving.
     pub started: Instant,
 }
@@ -25,6 +28,7 @@ impl App {
     pub fn new(config: Config) -> Result<Arc<App>, String> {
         let roots = tls::from_env()?;
         let catalog = Catalog::build(&config)?;
+        let metrics = Metrics::new(&catalog).map_err(|e| format!("metrics registry: {e}"))?;
         let peer_settings = PeerSettings {
             connect_timeout: config.routing.connect_timeout,
             read_timeout: config.routing.read_timeout,
@@ -32,6 +36,7 @@ impl App {
         };
         Ok(Arc::new(App {
             catalog,
+            metrics,
             peer_settings,
             connector: pingora_core::connectors::http::Connector::new(None),
             started: Instant::now(),

@@ -1,4 +1,5 @@
-//! Wiring a Pingora server: the proxy service on `listen`, with sturnus's own defaults.
+//! Wiring a Pingora server: the proxy service on `listen`, the metrics service on
+//! `metrics_listen` (when set), with sturnus's own defaults.
 
 use crate::app::App;
 use crate::providers::gcp::Refresher;
@@ -24,6 +25,9 @@ pub fn build(opt: Opt, app: Arc<App>) -> Result<Server, String> {
     if let Some(refresher) = Refresher::for_providers(&app.catalog.providers, roots) {
         let service = pingora::services::background::background_service("google tokens", refresher);
         server.add_service(service);
+    }
+    if let Some(addr) = app.config.metrics_listen {
+        server.add_service(crate::metrics_listener::service(app.clone(), addr));
     }
     Ok(server)
 }

@@ -1,8 +1,11 @@
 //! The per-request state: the only state a request carries between Pingora's hooks.
 
 use crate::catalog::Candidate;
+use crate::observe::trace::{self, TraceContext};
+use crate::observe::Tracked;
 use crate::routing::{ErrorKind, Mode, OwnedInflightGuard};
 use bytes::Bytes;
+use pingora::http::RequestHeader;
 use pingora_core::upstreams::peer::HttpPeer;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +24,8 @@ pub struct Route {
     pub body_len: usize,
     /// Counts the request as in flight for the candidate until the context drops.
     pub inflight: OwnedInflightGuard,
+    /// The request's metric series (in flight until the context drops).
+    pub metrics: Tracked,
 }
 
 /// State of one request across the proxy hooks.
@@ -37,6 +42,14 @@ pub struct RequestCtx {
     pub sent_at: Option<Instant>,
     /// When the first response body chunk arrived.
     pub first_chunk_at: Option<Instant>,
+    /// When the last response body byte was relayed.
+    pub last_chunk_at: Option<Instant>,
+    /// The request's id, echoed as `x-request-id` and logged.
+    pub request_id: String,
+    /// The request's trace context (sturnus's span in the caller's trace, or a new trace).
+    pub trace: TraceContext,
+    /// The provider's own `x-request-id`, when it sent a loggable one.
+    pub upstream_request_id: Option<String>,
     /// The provider's response status, once seen.
     pub status: Option<u16>,
     /// A transport failure already classified (direct path, credentials, DNS).
@@ -57,11 +70,32 @@ impl RequestCtx {
             spliced: None,
             sent_at: None,
             first_chunk_at: None,
+            last_chunk_at: None,
+            request_id: trace::new_request_id(),
+            trace: TraceContext::new_root(),
+            upstream_request_id: None,
             status: None,
             failure: None,
             response_bytes: 0,
             request_bytes: 0,
         }
+    }
+}
+
+impl RequestCtx {
+    /// Takes the request's identity from its headers: the client's `x-request-id` (when safe)
+    /// or a new one, written back so every answer and the provider see the same id; and the
+    /// caller's trace context, or a new trace.
+    pub fn identify(&mut self, req: &mut RequestHeader) {
+        let client_id = req.headers.get(trace::REQUEST_ID).map(|v| v.as_bytes());
+        self.request_id = trace::request_id(client_id);
+        let _ = req.insert_header(trace::REQUEST_ID, self.request_id.as_str());
+        self.trace = TraceContext::from_headers(
+            req.headers
+                .get_all(trace::TRACEPARENT)
+                .iter()
+                .map(|v| v.as_bytes()),
+        );
     }
 }
 

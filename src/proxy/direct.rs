@@ -27,9 +27,13 @@ pub async fn forward(
     };
     let mut req = session.req_header().clone();
     let provider = &route.candidate.provider;
-    if let Err(why) =
-        upstream_request::prepare(&mut req, provider, &route.path_and_query, body.len())
-    {
+    if let Err(why) = upstream_request::prepare(
+        &mut req,
+        provider,
+        &route.path_and_query,
+        body.len(),
+        &ctx.trace,
+    ) {
         ctx.failure = Some(crate::routing::ErrorKind::Auth);
         return Error::e_explain(ErrorType::HTTPStatus(503), why.0);
     }

@@ -95,6 +95,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     );
     ctx.route = Some(Route {
         alias: alias.name.clone(),
+        metrics: app.metrics.track(&alias.name, choice.index, mode),
         inflight: candidate.stats.begin_owned(),
         candidate,
         mode,

@@ -14,8 +14,8 @@ pub mod tracker;
 
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
-    choose, pick_index, shares, shares_for, Choice, RoutingParams, COLD_WEIGHT, INLINE_CANDIDATES,
-    MIN_LATENCY_US, MIN_SUCCESS,
+    choose, pick_index, shares, shares_for, weights, weights_for, Choice, RoutingParams,
+    COLD_WEIGHT, INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS,
 };
 pub use tracker::{
     CandidateStats, ErrorKind, Health, InflightGuard, Mode, Outcome, OwnedInflightGuard, Snapshot,

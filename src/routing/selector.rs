@@ -131,13 +131,20 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     speeds_to_shares(out, params);
 }
 
-/// In place: speeds from [`speed`] (negative = cold) become shares. The single scoring path
-/// behind both [`shares`] and [`choose`].
-fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
-    let n = out.len();
-    if n == 0 {
-        return;
+/// Raw weights (before normalising and the probe floor) for one alias's candidates: the best
+/// warm candidate has 1.0, a cold one [`COLD_WEIGHT`] (1.0 when nothing is warm), scaled as in
+/// [`shares`]. Shown on /status next to the shares. Writes `min(snaps.len(), out.len())` values.
+pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
+    let n = snaps.len().min(out.len());
+    let out = &mut out[..n];
+    for (o, s) in out.iter_mut().zip(snaps) {
+        *o = speed(s.latency_us, s.success);
     }
+    speeds_to_weights(out, params);
+}
+
+/// In place: speeds from [`speed`] (negative = cold) become raw weights; returns their sum.
+fn speeds_to_weights(out: &mut [f64], params: &RoutingParams) -> f64 {
     let k = sane_k(params.exploit_k);
     let int_k = (k <= 64.0 && f64::from(k as u32) == k).then_some(k as u32);
     let pow = |ratio: f64| match int_k {
@@ -159,6 +166,17 @@ fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
         };
         sum += *o;
     }
+    sum
+}
+
+/// In place: speeds from [`speed`] (negative = cold) become shares. The single scoring path
+/// behind both [`shares`] and [`choose`].
+fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    let sum = speeds_to_weights(out, params);
     if sum.is_nan() || sum <= 0.0 {
         out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
         return;
@@ -285,6 +303,18 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     }
     speeds_to_shares(w, params);
     pick_index(w, rng.next_f64())
+}
+
+/// Current raw weights for all candidates of an alias (allocates; for /status).
+pub fn weights_for<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    params: &RoutingParams,
+) -> Vec<f64> {
+    let snaps: Vec<Snapshot> = cands.iter().map(|c| c.as_ref().snapshot(mode)).collect();
+    let mut out = vec![0.0; snaps.len()];
+    weights(&snaps, params, &mut out);
+    out
 }
 
 /// Current shares for all candidates of an alias (allocates; for /status and metrics).
@@ -668,5 +698,22 @@ mod tests {
         assert!(bad(|p| p.probe_floor = 1.0));
         assert!(bad(|p| p.error_threshold = 1.1));
         assert!(!bad(|p| p.ewma_alpha = 1.0));
+    }
+
+    #[test]
+    fn weights_are_the_raw_scores_behind_the_shares() {
+        let params = RoutingParams::default();
+        let mut w = [0.0; 3];
+        weights(
+            &[warm(100.0, 1.0), warm(200.0, 1.0), Snapshot::COLD],
+            &params,
+            &mut w,
+        );
+        assert_eq!(w[0], 1.0);
+        assert!((w[1] - 0.125).abs() < 1e-12, "{w:?}");
+        assert_eq!(w[2], COLD_WEIGHT);
+        let mut w = [0.0; 2];
+        weights(&[Snapshot::COLD, Snapshot::COLD], &params, &mut w);
+        assert_eq!(w, [1.0, 1.0]);
     }
 }

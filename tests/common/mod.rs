@@ -2,6 +2,8 @@
 //! simulated providers that speak OpenAI's wire format.
 #![allow(dead_code)]
 
+pub mod exposition;
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
