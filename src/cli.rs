@@ -34,6 +34,8 @@ pub enum Command {
     Serve,
     /// Validate the config, print the resolved aliases with secrets masked, exit 0 or 1.
     Check,
+    /// Compare routing strategies in a deterministic simulation (see docs/routing.md).
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 /// Parses the command line and runs it; returns the process exit code.
@@ -47,6 +49,7 @@ pub fn main() -> i32 {
     }
     match cli.command {
         Some(Command::Check) => check(&cli.config),
+        Some(Command::Simulate(args)) => crate::simulate::main(&args),
         None | Some(Command::Serve) => serve(&cli.config, cli.pingora),
     }
 }
