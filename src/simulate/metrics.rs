@@ -3,7 +3,8 @@
 //! Per-request figures ("requests until ...") line up each sidecar's j-th request after an
 //! event and average across sidecars, so in scenarios 1–4 they are means over independent
 //! repetitions. A share "holds" from request j when it is met on average over requests
-//! j..j+[`HOLD`] — one unlucky probe does not reset the count.
+//! j..j+[`HOLD`] and over the rest of the phase from j: one unlucky probe does not reset the
+//! count, and a passing blip does not count.
 
 use super::clock::{Micros, SEC};
 use super::engine::{AttemptLog, RunLog};
@@ -21,31 +22,43 @@ pub const SLOW_FACTOR: f64 = 3.0;
 /// Bad answers a sidecar must have seen before its bad-share count starts.
 pub const BAD_SEEN: usize = 3;
 
-/// Bin width for a sidecar's share in the herd (25 requests at 5 per second).
-pub const HERD_BIN: Micros = 5 * SEC;
+/// Bin width for a sidecar's share in the herd (5 requests at 5 per second; the binomial
+/// noise of so few is taken out, see [`Herd`]).
+pub const HERD_BIN: Micros = SEC;
+
+/// Bin width for the fleet's share in the herd (about 60 requests).
+pub const FLEET_BIN: Micros = SEC / 4;
 
 /// Number of time bins in the share-over-time series.
 pub const SERIES_BINS: usize = 100;
+
+/// Length of the herd's zoomed series.
+pub const ZOOM: Micros = 60 * SEC;
+
+/// Bins of the zoomed series (half a second each).
+pub const ZOOM_BINS: usize = 120;
 
 /// Settle/oscillate figures for the herd. Standard deviations are over time bins in the second
 /// half of the run, largest over providers, with the binomial noise of counting a finite
 /// number of requests per bin taken out (so a steady random split scores about 0).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Herd {
-    /// Standard deviation of a sidecar's share of a provider over 5 s bins, median sidecar.
+    /// Standard deviation of a sidecar's share of a provider over 1 s bins, median sidecar.
     pub sidecar_std_median: f64,
     /// The same for the worst sidecar.
     pub sidecar_std_max: f64,
-    /// Standard deviation of the fleet's total share of a provider over 1 s bins: swings of
-    /// the whole fleet.
+    /// Standard deviation of the fleet's total share of a provider over 0.25 s bins: swings
+    /// of the whole fleet in step, too fast for one sidecar's few requests to show.
     pub fleet_std: f64,
     /// Mean share of each provider over the second half.
     pub mean_shares: Vec<f64>,
 }
 
 /// Share of attempts per provider over time, for the charts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Series {
+    /// Start of the first bin in seconds.
+    pub start_s: f64,
     /// Bin width in seconds.
     pub bin_s: f64,
     /// `shares[bin][provider]`.
@@ -81,6 +94,9 @@ pub struct Figures {
     /// Traffic share over time.
     #[serde(skip)]
     pub series: Series,
+    /// Herd only: a minute of the second half in half-second bins, where swings show.
+    #[serde(skip)]
+    pub zoom: Option<Series>,
 }
 
 /// Computes every figure that applies to `scenario` from `log`.
@@ -109,7 +125,8 @@ pub fn figures(scenario: &Scenario, log: &RunLog) -> Figures {
         bad_share: None,
         recovery_requests: None,
         herd: None,
-        series: series(scenario, log),
+        series: series(scenario, log, 0, scenario.duration, SERIES_BINS),
+        zoom: None,
     };
     if let Some(inc) = scenario.incident {
         let bad = inc.provider as u8;
@@ -135,6 +152,8 @@ pub fn figures(scenario: &Scenario, log: &RunLog) -> Figures {
     }
     if scenario.herd {
         f.herd = Some(herd(scenario, log));
+        let from = scenario.duration / 2;
+        f.zoom = Some(series(scenario, log, from, from + ZOOM, ZOOM_BINS));
     }
     f
 }
@@ -163,15 +182,23 @@ fn firsts_after(scenario: &Scenario, log: &RunLog, from: Micros, to: Micros) -> 
         .collect()
 }
 
-/// First j such that the fraction of first attempts matching `pred`, averaged over requests
-/// j..j+HOLD across sidecars, reaches `threshold`; `None` if it never does.
+/// First j such that the fraction of first attempts matching `pred` across sidecars reaches
+/// `threshold` averaged over requests j..j+HOLD and over j..end; `None` if it never does.
 fn holds(by_index: &[Vec<u8>], pred: impl Fn(u8) -> bool, threshold: f64) -> Option<usize> {
     let frac: Vec<f64> = by_index
         .iter()
         .map(|row| row.iter().filter(|&&p| pred(p)).count() as f64 / row.len().max(1) as f64)
         .collect();
-    (0..frac.len().saturating_sub(HOLD - 1))
-        .find(|&j| frac[j..j + HOLD].iter().sum::<f64>() / HOLD as f64 >= threshold)
+    // rest[j] = mean of frac[j..].
+    let mut rest = vec![0.0; frac.len()];
+    let mut sum = 0.0;
+    for j in (0..frac.len()).rev() {
+        sum += frac[j];
+        rest[j] = sum / (frac.len() - j) as f64;
+    }
+    (0..frac.len().saturating_sub(HOLD - 1)).find(|&j| {
+        frac[j..j + HOLD].iter().sum::<f64>() / HOLD as f64 >= threshold && rest[j] >= threshold
+    })
 }
 
 /// Share of attempts sent to `p` during `[from, to)` counted per sidecar from the moment it
@@ -286,7 +313,7 @@ fn herd(scenario: &Scenario, log: &RunLog) -> Herd {
         .map(|c| max_std(c))
         .collect();
     per.sort_unstable_by(f64::total_cmp);
-    let fleet = counted(scenario, log, from, to, SEC);
+    let fleet = counted(scenario, log, from, to, FLEET_BIN);
     let n = scenario.providers.len();
     let whole = to_shares(&counted(scenario, log, from, to, to - from));
     Herd {
@@ -297,11 +324,13 @@ fn herd(scenario: &Scenario, log: &RunLog) -> Herd {
     }
 }
 
-fn series(scenario: &Scenario, log: &RunLog) -> Series {
-    let bin = (scenario.duration / SERIES_BINS as u64).max(1);
+/// Shares over `[from, to)` in `bins` equal bins.
+fn series(scenario: &Scenario, log: &RunLog, from: Micros, to: Micros, bins: usize) -> Series {
+    let bin = ((to - from) / bins.max(1) as u64).max(1);
     Series {
+        start_s: from as f64 / SEC as f64,
         bin_s: bin as f64 / SEC as f64,
-        shares: to_shares(&counted(scenario, log, 0, scenario.duration, bin)),
+        shares: to_shares(&counted(scenario, log, from, to, bin)),
     }
 }
 
@@ -327,6 +356,17 @@ mod tests {
         let mut rows2 = rows.clone();
         rows2[5] = vec![0, 1];
         assert_eq!(holds(&rows2, |p| p == 1, 0.9), Some(3));
+        // A blip that does not last is not a switch.
+        let blip: Vec<Vec<u8>> = (0..40)
+            .map(|j| {
+                if (10..20).contains(&j) {
+                    vec![1, 1]
+                } else {
+                    vec![0, 0]
+                }
+            })
+            .collect();
+        assert_eq!(holds(&blip, |p| p == 1, 0.5), None);
     }
 
     #[test]

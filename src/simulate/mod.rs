@@ -98,6 +98,10 @@ pub fn simulate(
                 .iter()
                 .map(|(l, f)| (l.clone(), f.series.clone()))
                 .collect(),
+            zoom: figs
+                .iter()
+                .filter_map(|(l, f)| Some((l.clone(), f.zoom.clone()?)))
+                .collect(),
         });
         reports.push(report::scenario_report(sc, figs));
     }
@@ -118,6 +122,8 @@ pub struct ScenarioRun {
     pub scenario: Scenario,
     /// `(contender label, share series)`.
     pub series: Vec<(String, metrics::Series)>,
+    /// The herd's zoomed series (empty for other scenarios).
+    pub zoom: Vec<(String, metrics::Series)>,
 }
 
 /// Runs `f` over `jobs` on all cores; results come back in job order (so threads never change
@@ -185,7 +191,8 @@ pub fn main(args: &SimulateArgs) -> i32 {
     0
 }
 
-/// Writes results.md, results.json and one `<scenario>.svg` per scenario into `dir`.
+/// Writes results.md, results.json, one `<scenario>.svg` per scenario and `herd-zoom.svg`
+/// into `dir`.
 fn write_out(
     dir: &std::path::Path,
     markdown: &str,
@@ -201,7 +208,12 @@ fn write_out(
     write("results.json", json)?;
     for run in runs {
         let path = dir.join(format!("{}.svg", run.scenario.name));
-        chart::share_chart(&path, &run.scenario, &run.series)?;
+        chart::share_chart(&path, &run.scenario, "traffic share over time", &run.series)?;
+        if !run.zoom.is_empty() {
+            let path = dir.join(format!("{}-zoom.svg", run.scenario.name));
+            let what = "one minute of the second half, half-second bins";
+            chart::share_chart(&path, &run.scenario, what, &run.zoom)?;
+        }
     }
     Ok(())
 }

@@ -251,7 +251,7 @@ pub fn markdown(report: &Report) -> String {
             sc.requests_per_sidecar
         );
         if sc.name == "herd" {
-            s.push_str("| strategy | mean ms | x oracle | p95 ms | x oracle | sidecar share std (median / worst) | fleet share std | mean shares | verdict |\n");
+            s.push_str("| strategy | mean ms | x oracle | p95 ms | x oracle | sidecar share std, 1 s (median / worst) | fleet share std, 0.25 s | mean shares | verdict |\n");
             s.push_str("|---|---:|---:|---:|---:|---:|---:|---|---|\n");
             for r in &sc.rows {
                 let f = &r.figures;

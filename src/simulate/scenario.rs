@@ -65,11 +65,13 @@ pub const SCENARIOS: [&str; 5] = ["step", "outage", "flaky", "rate-limited", "he
 
 /// The scenario called `name`, if any.
 pub fn scenario(name: &str, size: Size) -> Option<Scenario> {
-    let reps = match size {
-        Size::Full => 100,
-        Size::Quick => 10,
+    // Quick: fewer sidecars, and 30 s instead of 60 s of warm-up before the incident and
+    // 60 s instead of 120 s after it (still more than the 500 requests recovery may take).
+    let (reps, warmup, after) = match size {
+        Size::Full => (100, 60 * SEC, 120 * SEC),
+        Size::Quick => (10, 30 * SEC, 60 * SEC),
     };
-    let (t1, t2) = (60 * SEC, 120 * SEC);
+    let (t1, t2) = (warmup, warmup + 60 * SEC);
     let incident = |behaviour: Behaviour, end: Option<Micros>| {
         let mut providers = three(None);
         providers[0].phases.push(Phase {
@@ -90,7 +92,7 @@ pub fn scenario(name: &str, size: Size) -> Option<Scenario> {
         providers,
         sidecars: reps,
         period: 100 * MS,
-        duration: 240 * SEC,
+        duration: t2 + after,
         incident,
         focus,
         herd: false,
@@ -116,7 +118,7 @@ pub fn scenario(name: &str, size: Size) -> Option<Scenario> {
             (t1, t2),
         ),
         "flaky" => Scenario {
-            duration: 180 * SEC,
+            duration: t2 + after / 2,
             ..base(
                 "flaky",
                 "flaky: the fastest provider fails 20% of requests (500)",
@@ -126,7 +128,7 @@ pub fn scenario(name: &str, size: Size) -> Option<Scenario> {
                     start: 0,
                     end: None,
                 }),
-                (20 * SEC, 180 * SEC),
+                (20 * SEC, t2 + after / 2),
             )
         },
         "rate-limited" => base(
@@ -139,7 +141,7 @@ pub fn scenario(name: &str, size: Size) -> Option<Scenario> {
         "herd" => {
             let duration = match size {
                 Size::Full => 600 * SEC,
-                Size::Quick => 240 * SEC,
+                Size::Quick => 180 * SEC,
             };
             Scenario {
                 name: "herd",
