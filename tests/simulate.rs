@@ -129,8 +129,7 @@ fn same_seed_same_figures() {
     let b = run("7");
     assert_eq!(json(&a), json(&b));
     assert_eq!(a.stdout, b.stdout);
-    let c = run("8");
-    assert_ne!(json(&a), json(&c));
+    // (That another seed gives other figures is a unit test in src/simulate.)
 }
 
 #[test]

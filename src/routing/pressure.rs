@@ -87,7 +87,7 @@ impl Pressure {
         self.until.fetch_max(deadline_us, Relaxed);
     }
 
-    /// The back-off deadline, if one was ever set.
+    /// The back-off deadline, unless none was set or an expired one was cleared.
     pub(crate) fn deadline_us(&self) -> Option<u64> {
         match self.until.load(Relaxed) {
             0 => None,
@@ -95,10 +95,19 @@ impl Pressure {
         }
     }
 
-    /// True while backed off at `now_us`.
+    /// True while backed off at `now_us`. A deadline found expired is cleared, so a candidate
+    /// that was backed off once does not keep the selector reading the clock forever.
     #[inline]
     pub(crate) fn backed_off(&self, now_us: u64) -> bool {
-        self.until.load(Relaxed) > now_us
+        let until = self.until.load(Relaxed);
+        if until > now_us {
+            return true;
+        }
+        if until != 0 {
+            // Lost races are fine: a newer deadline stays, an expired one goes next time.
+            let _ = self.until.compare_exchange(until, 0, Relaxed, Relaxed);
+        }
+        false
     }
 }
 
@@ -148,11 +157,14 @@ mod tests {
         p.back_off_until(500);
         assert!(p.active());
         assert!(p.backed_off(499));
-        assert!(!p.backed_off(500));
         p.back_off_until(300);
         assert_eq!(p.deadline_us(), Some(500));
         p.back_off_until(900);
         assert_eq!(p.deadline_us(), Some(900));
+        // Expired: reads as not backed off and is cleared.
+        assert!(!p.backed_off(900));
+        assert_eq!(p.deadline_us(), None);
+        assert!(!p.active());
     }
 
     #[test]

@@ -382,7 +382,7 @@ impl CandidateStats {
         self.pressure.back_off_until(deadline_us);
     }
 
-    /// The latest back-off deadline ever set (µs), for /status.
+    /// The back-off deadline (µs) for /status: `None` if never set or found expired.
     pub fn back_off_deadline_us(&self) -> Option<u64> {
         self.pressure.deadline_us()
     }
@@ -824,8 +824,10 @@ mod tests {
         assert!(s.needs_time());
         assert!(s.backed_off(999));
         assert!(s.snapshot_at(Mode::Streaming, 999).backed_off);
-        assert!(!s.backed_off(1_000));
         assert_eq!(s.back_off_deadline_us(), Some(1_000));
+        assert!(!s.backed_off(1_000));
+        assert_eq!(s.back_off_deadline_us(), None);
+        assert!(!s.needs_time());
     }
 
     #[test]

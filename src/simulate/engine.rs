@@ -309,7 +309,7 @@ mod tests {
     fn herd_queues_hold_everything_and_drain() {
         let mut sc = scenario("herd", Size::Quick).unwrap_or_else(|| unreachable!());
         sc.duration = 20 * SEC;
-        for c in contenders() {
+        for c in contenders(Variant::current()) {
             let log = run(&sc, c, 3);
             let attempts: usize = log.requests.iter().map(|r| r.attempts as usize).sum();
             assert_eq!(attempts, log.attempts.len(), "{}", c.label());

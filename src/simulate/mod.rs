@@ -27,6 +27,7 @@ pub mod sturnus;
 use report::Report;
 use scenario::{Scenario, Size};
 use std::path::PathBuf;
+use sturnus::Variant;
 
 /// Flags of `sturnus simulate`.
 #[derive(clap::Args, Debug, Clone)]
@@ -49,6 +50,35 @@ pub struct SimulateArgs {
     /// Exit with status 2 when a target is missed.
     #[arg(long)]
     pub check: bool,
+    /// Run the "sturnus" contender with this exploit_k instead of the default (what-ifs).
+    #[arg(long, value_name = "K")]
+    pub exploit_k: Option<f64>,
+    /// Run the "sturnus" contender with this ewma_alpha instead of the default.
+    #[arg(long, value_name = "ALPHA")]
+    pub ewma_alpha: Option<f64>,
+    /// Run the "sturnus" contender without the waiting-age signal.
+    #[arg(long)]
+    pub no_wait_age: bool,
+    /// Run the "sturnus" contender ignoring Retry-After.
+    #[arg(long)]
+    pub no_retry_after: bool,
+}
+
+impl SimulateArgs {
+    /// The "sturnus" contender these flags describe; `Err` names a parameter out of range.
+    pub fn variant(&self) -> Result<Variant, String> {
+        let mut v = Variant::current();
+        if let Some(k) = self.exploit_k {
+            v.params.exploit_k = k;
+        }
+        if let Some(a) = self.ewma_alpha {
+            v.params.ewma_alpha = a;
+        }
+        v.params.check().map_err(str::to_string)?;
+        v.wait_age &= !self.no_wait_age;
+        v.retry_after &= !self.no_retry_after;
+        Ok(v)
+    }
 }
 
 /// Runs the selected scenarios for every contender and builds the report.
@@ -56,6 +86,7 @@ pub fn simulate(
     seed: u64,
     names: &[String],
     size: Size,
+    current: Variant,
 ) -> Result<(Report, Vec<ScenarioRun>), String> {
     let names: Vec<&str> = if names.is_empty() {
         scenario::SCENARIOS.to_vec()
@@ -73,7 +104,7 @@ pub fn simulate(
             })
         })
         .collect::<Result<_, _>>()?;
-    let contenders = scenario::contenders();
+    let contenders = scenario::contenders(current);
     let jobs: Vec<(usize, usize)> = (0..scenarios.len())
         .flat_map(|s| (0..contenders.len()).map(move |c| (s, c)))
         .collect();
@@ -109,6 +140,7 @@ pub fn simulate(
         Report {
             seed,
             quick: size == Size::Quick,
+            sturnus: current.describe(),
             scenarios: reports,
         },
         runs,
@@ -159,7 +191,10 @@ fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> 
 /// `sturnus simulate`: runs, prints the table (or JSON), writes charts; returns the exit code.
 pub fn main(args: &SimulateArgs) -> i32 {
     let size = if args.quick { Size::Quick } else { Size::Full };
-    let (report, runs) = match simulate(args.seed, &args.scenarios, size) {
+    let run = args
+        .variant()
+        .and_then(|v| simulate(args.seed, &args.scenarios, size, v));
+    let (report, runs) = match run {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sturnus simulate: {e}");
@@ -225,18 +260,43 @@ mod tests {
     #[test]
     fn same_seed_same_figures() {
         let names = vec!["outage".to_string()];
-        let a = simulate(5, &names, Size::Quick).map(|r| r.0);
-        let b = simulate(5, &names, Size::Quick).map(|r| r.0);
+        let a = simulate(5, &names, Size::Quick, Variant::current()).map(|r| r.0);
+        let b = simulate(5, &names, Size::Quick, Variant::current()).map(|r| r.0);
         assert!(a.is_ok());
         assert_eq!(a, b);
-        let c = simulate(6, &names, Size::Quick).map(|r| r.0);
+        let c = simulate(6, &names, Size::Quick, Variant::current()).map(|r| r.0);
         assert_ne!(a, c);
     }
 
     #[test]
     fn unknown_scenario_is_an_error() {
-        let r = simulate(1, &["nope".to_string()], Size::Quick);
+        let r = simulate(1, &["nope".to_string()], Size::Quick, Variant::current());
         assert!(r.is_err_and(|e| e.contains("unknown scenario \"nope\"")));
+    }
+
+    #[test]
+    fn what_if_flags_shape_the_variant() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SimulateArgs,
+        }
+        let cli = Cli::parse_from([
+            "x",
+            "--exploit-k",
+            "3",
+            "--ewma-alpha",
+            "0.3",
+            "--no-wait-age",
+        ]);
+        let v = cli.args.variant();
+        assert!(v.is_ok_and(|v| v.params.exploit_k == 3.0
+            && v.params.ewma_alpha == 0.3
+            && !v.wait_age
+            && v.retry_after));
+        let bad = Cli::parse_from(["x", "--ewma-alpha", "0"]);
+        assert!(bad.args.variant().is_err_and(|e| e.contains("ewma_alpha")));
     }
 
     #[test]

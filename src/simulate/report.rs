@@ -61,6 +61,8 @@ pub struct Report {
     pub seed: u64,
     /// True for the reduced `--quick` configuration.
     pub quick: bool,
+    /// How the "sturnus" contender was configured.
+    pub sturnus: String,
     /// Per scenario.
     pub scenarios: Vec<ScenarioReport>,
 }
@@ -217,9 +219,19 @@ fn targets(scenario: &Scenario, rows: &[Row]) -> Vec<Target> {
 /// Largest standard deviation of a sidecar's share that still counts as settled.
 pub const SETTLED_STD: f64 = 0.1;
 
-/// The herd verdict: the median sidecar's share varies by at most [`SETTLED_STD`].
+/// The herd criterion: the median sidecar's share varies by at most [`SETTLED_STD`].
 pub fn settles(h: &Herd) -> bool {
     h.sidecar_std_median <= SETTLED_STD
+}
+
+/// Table verdict: also says when sidecars settle but the fleet as a whole still swings faster
+/// than one sidecar's requests can show.
+pub fn verdict(h: &Herd) -> &'static str {
+    match (settles(h), h.fleet_std <= SETTLED_STD) {
+        (true, true) => "settles",
+        (true, false) => "sidecars settle, fleet swings",
+        (false, _) => "oscillates",
+    }
 }
 
 /// Percentage text.
@@ -240,6 +252,11 @@ pub fn markdown(report: &Report) -> String {
         s,
         "# sturnus routing simulation (seed {}, {size} run)\n",
         report.seed
+    );
+    let _ = writeln!(
+        s,
+        "\"sturnus\": {}. \"sturnus (seed)\": exploit_k 3, ewma_alpha 0.3, no waiting age, Retry-After ignored.\n",
+        report.sturnus
     );
     for sc in &report.scenarios {
         let _ = writeln!(s, "## {}\n", sc.title);
@@ -269,7 +286,7 @@ pub fn markdown(report: &Report) -> String {
                     h.sidecar_std_max,
                     h.fleet_std,
                     shares.join(" / "),
-                    if settles(h) { "settles" } else { "oscillates" }
+                    verdict(h)
                 );
             }
         } else {

@@ -232,10 +232,11 @@ pub fn herd_split(scenario: &Scenario) -> Vec<f64> {
     optimal_split(&providers, rate)
 }
 
-/// Every contender: sturnus now, sturnus as seeded, the oracle, then the baselines.
-pub fn contenders() -> Vec<Contender> {
+/// Every contender: sturnus (as `current` says), sturnus as seeded, the oracle, then the
+/// baselines.
+pub fn contenders(current: Variant) -> Vec<Contender> {
     vec![
-        Contender::Sturnus(Variant::current()),
+        Contender::Sturnus(current),
         Contender::Sturnus(Variant::SEED),
         Contender::Oracle,
         Contender::RoundRobin,
@@ -267,7 +268,10 @@ mod tests {
 
     #[test]
     fn contenders_have_distinct_labels() {
-        let labels: Vec<_> = contenders().iter().map(Contender::label).collect();
+        let labels: Vec<_> = contenders(Variant::current())
+            .iter()
+            .map(Contender::label)
+            .collect();
         let mut dedup = labels.clone();
         dedup.sort_unstable();
         dedup.dedup();

@@ -33,10 +33,12 @@ pub trait Strategy {
     fn finished(&mut self, _p: usize, _now: Micros, _response: &Response) {}
 }
 
-/// Cycles through the providers in order, ignoring every result.
+/// Cycles through the providers in order, ignoring every result. Each sidecar starts at a
+/// random place in the cycle (as processes started at different times would be), so a fleet
+/// does not march in lock step.
 #[derive(Debug, Default)]
 pub struct RoundRobin {
-    next: usize,
+    next: Option<usize>,
     n: usize,
 }
 
@@ -44,16 +46,18 @@ impl RoundRobin {
     /// Round-robin over `n` providers.
     pub fn new(n: usize) -> Self {
         Self {
-            next: 0,
+            next: None,
             n: n.max(1),
         }
     }
 }
 
 impl Strategy for RoundRobin {
-    fn pick(&mut self, _now: Micros, _rng: &mut SplitMix64, _world: &Providers) -> usize {
-        let p = self.next;
-        self.next = (self.next + 1) % self.n;
+    fn pick(&mut self, _now: Micros, rng: &mut SplitMix64, _world: &Providers) -> usize {
+        let p = self
+            .next
+            .unwrap_or_else(|| (rng.next_u64() % self.n as u64) as usize);
+        self.next = Some((p + 1) % self.n);
         p
     }
 }
@@ -275,7 +279,8 @@ mod tests {
         let mut rng = SplitMix64::new(1);
         let mut rr = RoundRobin::new(3);
         let picks: Vec<usize> = (0..6).map(|_| rr.pick(0, &mut rng, &w)).collect();
-        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+        let expected: Vec<usize> = (0..6).map(|i| (picks[0] + i) % 3).collect();
+        assert_eq!(picks, expected);
         let mut u = Uniform::new(3);
         let mut counts = [0; 3];
         for _ in 0..3000 {

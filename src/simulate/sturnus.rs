@@ -48,6 +48,19 @@ impl Variant {
         retry_after: false,
     };
 
+    /// One line saying how this variant routes.
+    pub fn describe(&self) -> String {
+        let on = |b: bool| if b { "on" } else { "off" };
+        format!(
+            "exploit_k {}, ewma_alpha {}, probe_floor {}, waiting age {}, Retry-After {}",
+            self.params.exploit_k,
+            self.params.ewma_alpha,
+            self.params.probe_floor,
+            on(self.wait_age),
+            on(self.retry_after)
+        )
+    }
+
     /// The current defaults with every tracker signal in use.
     pub fn current() -> Variant {
         Variant {
