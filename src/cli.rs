@@ -51,6 +51,8 @@ pub enum Command {
         #[arg(long, default_value_t = 20)]
         seconds: u64,
     },
+    /// Compare routing strategies in a deterministic simulation (see docs/routing.md).
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 /// Parses the command line and runs it; returns the process exit code.
@@ -65,6 +67,7 @@ pub fn main() -> i32 {
     match cli.command {
         Some(Command::Check) => check(&cli.config),
         Some(Command::Demo { seconds }) => crate::demo::run(seconds),
+        Some(Command::Simulate(args)) => crate::simulate::main(&args),
         None | Some(Command::Serve) => serve(&cli.config, cli.pingora, cli.log_format),
     }
 }

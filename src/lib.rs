@@ -17,4 +17,5 @@ pub mod providers;
 pub mod proxy;
 pub mod routing;
 pub mod server;
+pub mod simulate;
 pub mod simulated;

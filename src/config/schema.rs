@@ -111,8 +111,8 @@ pub struct RoutingConfig {
 impl Default for RoutingConfig {
     fn default() -> RoutingConfig {
         RoutingConfig {
-            ewma_alpha: 0.3,
-            exploit_k: 3.0,
+            ewma_alpha: 0.4,
+            exploit_k: 6.0,
             probe_floor: 0.01,
             error_threshold: 0.5,
             connect_timeout: Duration::from_secs(10),
@@ -135,8 +135,14 @@ mod tests {
     #[test]
     fn routing_defaults() {
         let r = RoutingConfig::default();
-        assert_eq!(r.ewma_alpha, 0.3);
-        assert_eq!(r.exploit_k, 3.0);
+        // The config defaults are the selector's defaults.
+        let p = crate::routing::RoutingParams::default();
+        assert_eq!(
+            (r.ewma_alpha, r.exploit_k, r.probe_floor, r.error_threshold),
+            (p.ewma_alpha, p.exploit_k, p.probe_floor, p.error_threshold)
+        );
+        assert_eq!(r.ewma_alpha, 0.4);
+        assert_eq!(r.exploit_k, 6.0);
         assert_eq!(r.probe_floor, 0.01);
         assert_eq!(r.error_threshold, 0.5);
         assert_eq!(r.connect_timeout, Duration::from_secs(10));

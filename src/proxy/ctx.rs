@@ -3,7 +3,7 @@
 use crate::catalog::Candidate;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
-use crate::routing::{ErrorKind, Mode, OwnedInflightGuard};
+use crate::routing::{ErrorKind, Mode, OwnedInflightGuard, WaitGuard};
 use bytes::Bytes;
 use pingora::http::RequestHeader;
 use pingora_core::upstreams::peer::HttpPeer;
@@ -40,6 +40,9 @@ pub struct RequestCtx {
     pub spliced: Option<Bytes>,
     /// When the request header went upstream (start of the TTFC measurement).
     pub sent_at: Option<Instant>,
+    /// Counts the request as waiting for its first chunk (its age raises the candidate's
+    /// effective latency while it waits); dropped at the first chunk or the end.
+    pub wait: Option<WaitGuard>,
     /// When the first response body chunk arrived.
     pub first_chunk_at: Option<Instant>,
     /// When the last response body byte was relayed.
@@ -69,6 +72,7 @@ impl RequestCtx {
             peer: None,
             spliced: None,
             sent_at: None,
+            wait: None,
             first_chunk_at: None,
             last_chunk_at: None,
             request_id: trace::new_request_id(),

@@ -8,7 +8,7 @@ use super::errors;
 use crate::app::App;
 use crate::observe::access_log::{millis, AccessRecord, Verdict};
 use crate::observe::trace;
-use crate::routing::{ErrorKind, Outcome, RoutingParams};
+use crate::routing::{unix_us, ErrorKind, Outcome, RoutingParams};
 use pingora::http::ResponseHeader;
 use pingora_core::{Error, ErrorSource};
 use pingora_proxy::Session;
@@ -19,15 +19,46 @@ pub const AFFINITY_HEADER: &str = "x-session-affinity";
 /// Response header naming the provider that served the request.
 pub const PROVIDER_HEADER: &str = "x-sturnus-provider";
 
-/// Marks the moment the request went upstream (start of time-to-first-chunk).
+/// Longest `Retry-After` honoured, so one odd header cannot bench a candidate for hours.
+const MAX_RETRY_AFTER_SECS: u64 = 300;
+
+/// Marks the moment the request went upstream (start of time-to-first-chunk) and counts it as
+/// waiting for its first chunk.
 pub fn request_sent(ctx: &mut RequestCtx) {
     ctx.sent_at = Some(Instant::now());
+    if let Some(route) = &ctx.route {
+        ctx.wait = Some(route.candidate.stats.begin_wait(route.mode, unix_us()));
+    }
+}
+
+/// A 429 or 503 with `Retry-After: <seconds>` keeps traffic off the candidate until then.
+fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
+    let status = resp.status.as_u16();
+    if status != 429 && status != 503 {
+        return;
+    }
+    let Some(route) = &ctx.route else {
+        return;
+    };
+    let seconds = resp
+        .headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(seconds) = seconds {
+        let seconds = seconds.min(MAX_RETRY_AFTER_SECS);
+        route
+            .candidate
+            .stats
+            .back_off_until(unix_us() + seconds * 1_000_000);
+    }
 }
 
 /// Notes the provider's status and adds the sturnus headers to its response. The provider's
 /// own `x-request-id` moves to `x-upstream-request-id`; `x-request-id` is sturnus's.
 pub fn response_header(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
     ctx.status = Some(resp.status.as_u16());
+    honour_retry_after(resp, ctx);
     if let Some(route) = &ctx.route {
         let _ = resp.insert_header(AFFINITY_HEADER, route.candidate.affinity.as_str());
         let _ = resp.insert_header(PROVIDER_HEADER, route.candidate.provider.name.as_str());
@@ -54,6 +85,7 @@ pub fn body_chunk(len: usize, end_of_stream: bool, ctx: &mut RequestCtx, params:
         return;
     }
     ctx.first_chunk_at = Some(now);
+    ctx.wait = None;
     if let (Some(route), Some(sent)) = (&ctx.route, ctx.sent_at) {
         let seconds = now.duration_since(sent).as_secs_f64();
         route
