@@ -110,6 +110,9 @@ pub fn status(app: &App) -> Value {
                         "in_flight": s.inflight(),
                         "requests": s.requests(),
                         "failures": s.failures(),
+                        "last_error": s.last_error().map(|(kind, at_ms)| {
+                            json!({"kind": kind.as_str(), "at_unix_ms": at_ms})
+                        }),
                     })
                 })
                 .collect();
@@ -120,6 +123,19 @@ pub fn status(app: &App) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "pid": std::process::id(),
         "uptime_secs": app.started.elapsed().as_secs(),
+        "budget": budget(app),
         "aliases": aliases,
+    })
+}
+
+/// The memory budget for request bodies: size, bytes held now, the most ever held, 429s.
+fn budget(app: &App) -> Value {
+    let b = &app.budget;
+    json!({
+        "limit_bytes": b.limit(),
+        "source": b.source(),
+        "in_use_bytes": b.in_use(),
+        "peak_bytes": b.peak(),
+        "rejections": b.rejections(),
     })
 }

@@ -1,5 +1,6 @@
 //! The shared, immutable state of a running sturnus: config, routing table, upstream settings.
 
+use crate::budget::Budget;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::providers::{tls, PeerSettings};
@@ -16,6 +17,8 @@ pub struct App {
     pub peer_settings: PeerSettings,
     /// Connector for the direct path (bodies Pingora cannot replay), with its own pool.
     pub connector: pingora_core::connectors::http::Connector,
+    /// The aggregate memory budget for buffered request bodies.
+    pub budget: Arc<Budget>,
     /// When this process started serving.
     pub started: Instant,
 }
@@ -34,6 +37,7 @@ impl App {
             catalog,
             peer_settings,
             connector: pingora_core::connectors::http::Connector::new(None),
+            budget: Budget::from_config(&config.routing),
             started: Instant::now(),
             config,
         }))

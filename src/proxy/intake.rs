@@ -1,6 +1,6 @@
 //! From an incoming request to a routing decision: path check, body, alias, candidate, splice.
 
-use super::body_intake;
+use super::body_intake::{self, BodyLimits};
 use super::ctx::{RequestCtx, Route};
 use super::errors::ApiError;
 use super::respond;
@@ -26,8 +26,8 @@ pub enum Admission {
     Proxy,
     /// Routed, body too large for Pingora to replay: forward it on the direct path.
     Direct {
-        /// The spliced body.
-        body: Bytes,
+        /// The spliced body, as pieces sharing the received body's memory.
+        body: Vec<Bytes>,
         /// The chosen provider's peer.
         peer: Box<HttpPeer>,
     },
@@ -56,15 +56,19 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         return Ok(Admission::Answered);
     }
 
-    let whole = match body_intake::read_whole(session, app.config.routing.max_body_bytes).await? {
+    let limits = BodyLimits {
+        cap: app.config.routing.max_body_bytes,
+        timeout: app.config.routing.body_timeout,
+    };
+    let whole = match body_intake::read_whole(session, limits, &app.budget).await? {
         Ok(whole) => whole,
-        Err(err) => {
-            session.set_keepalive(None);
-            respond::error(session, &err, true).await?;
+        Err(refused) => {
+            respond::refuse(session, &refused.error, refused.retry_after).await?;
             return Ok(Admission::Answered);
         }
     };
     ctx.request_bytes = whole.bytes.len() as u64;
+    ctx.reservation = Some(whole.reservation);
     let inspected = match body::inspect(&whole.bytes) {
         Ok(inspected) => inspected,
         Err(e) => {
@@ -86,7 +90,8 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         .and_then(|v| v.to_str().ok());
     let choice = alias.choose(mode, pin, &app.catalog.params);
     let candidate = alias.candidates[choice.index].clone();
-    let spliced = Bytes::from(inspected.splice(&whole.bytes, &candidate.model));
+    let spliced = inspected.splice_parts(&whole.bytes, &candidate.model);
+    let spliced_len = spliced.iter().map(Bytes::len).sum();
     let provider = candidate.provider.clone();
     let path_and_query = provider.endpoint.path_and_query(
         suffix,
@@ -99,7 +104,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         candidate,
         mode,
         path_and_query,
-        body_len: spliced.len(),
+        body_len: spliced_len,
     });
 
     if let Err(why) = provider.credential_ready() {
@@ -118,7 +123,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         }
     };
     if whole.replayable {
-        ctx.spliced = Some(spliced);
+        ctx.spliced = Some(Bytes::from(spliced.concat()));
         ctx.peer = Some(peer);
         Ok(Admission::Proxy)
     } else {
