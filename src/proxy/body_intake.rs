@@ -94,7 +94,13 @@ pub async fn read_whole(
             Ok(Err(e)) if matches!(e.etype(), ErrorType::ReadTimedout) => {
                 return Ok(Err(ApiError::request_timeout("body", limits.timeout).into()))
             }
-            Ok(read) => read?,
+            Ok(Err(e)) if malformed(e.etype()) => {
+                let why = format!("invalid request body framing ({})", e.etype().as_str());
+                return Ok(Err(ApiError::malformed_http(&why).into()));
+            }
+            // The client went away: nobody to answer.
+            Ok(Err(e)) => return Err(e.into_down()),
+            Ok(Ok(chunk)) => chunk,
         };
         let Some(chunk) = chunk else { break };
         let needed = buf.len() + chunk.len();
@@ -126,6 +132,15 @@ fn grown_capacity(current: usize, needed: usize, cap: u64) -> usize {
         .max(FIRST_CHUNKED_CAPACITY)
         .max(needed)
         .min(cap.max(needed))
+}
+
+/// Whether a body read error means the client sent broken framing (rather than went away).
+fn malformed(etype: &ErrorType) -> bool {
+    match etype {
+        ErrorType::InvalidHTTPHeader => true,
+        ErrorType::Custom(name) => matches!(*name, "InvalidChunk" | "InvalidTrailerEnd"),
+        _ => false,
+    }
 }
 
 /// The answer for a budget refusal: 413 when the body can never fit, 429 when it may later.

@@ -221,6 +221,10 @@ fn verdict(parsed: httparse::Result<usize>, buf: &[u8]) -> Examined {
         }
         Err(e) => return Examined::Refuse(ApiError::malformed_http(&e.to_string())),
     };
+    if end > MAX_HEADER_BYTES {
+        let detail = format!("more than {MAX_HEADER_BYTES} bytes");
+        return Examined::Refuse(ApiError::headers_too_large(&detail));
+    }
     let header = &buf[..end];
     if has_field(header, b"content-length") && has_field(header, b"transfer-encoding") {
         return Examined::Refuse(ApiError::malformed_http(
@@ -352,6 +356,11 @@ mod tests {
         }
         many.extend_from_slice(b"\r\n");
         assert_eq!(check(&many), Err(431));
+        let big = format!(
+            "GET / HTTP/1.1\r\nx: {}\r\n\r\n",
+            "a".repeat(MAX_HEADER_BYTES)
+        );
+        assert_eq!(check(big.as_bytes()), Err(431));
     }
 
     #[test]
