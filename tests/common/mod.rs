@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
-pub use sturnus::simulated::{Fault, SimProvider};
+pub use sturnus::simulated::{Fault, SimProvider, DEFAULT_CHUNKS};
 
 pub mod tls;
 
