@@ -41,6 +41,12 @@ pub fn routed_suffix(path: &str) -> Option<&'static str> {
     ROUTED.iter().copied().find(|s| *s == rest)
 }
 
+/// Validates a request body: its model and stream flag, or the 400 answer for anything that is
+/// not a JSON object with a string `model`.
+pub fn inspect_body(bytes: &[u8]) -> std::result::Result<body::Inspected, ApiError> {
+    body::inspect(bytes).map_err(|e| ApiError::invalid_request(e.to_string(), e.param()))
+}
+
 /// Validates and routes one request; writes the error answer itself when it cannot be routed.
 pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Result<Admission> {
     let header = session.req_header();
@@ -69,10 +75,9 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     };
     ctx.request_bytes = whole.bytes.len() as u64;
     ctx.reservation = Some(whole.reservation);
-    let inspected = match body::inspect(&whole.bytes) {
+    let inspected = match inspect_body(&whole.bytes) {
         Ok(inspected) => inspected,
-        Err(e) => {
-            let err = ApiError::invalid_request(e.to_string(), e.param());
+        Err(err) => {
             respond::error(session, &err, true).await?;
             return Ok(Admission::Answered);
         }
@@ -137,6 +142,46 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Checks the answer for one body: a 400 in OpenAI's shape, or a body serde_json agrees
+    /// is an object with a string `model`.
+    fn check(bytes: &[u8]) -> std::result::Result<(), TestCaseError> {
+        match inspect_body(bytes) {
+            Err(err) => {
+                prop_assert_eq!(err.status, 400);
+                prop_assert_eq!(err.kind, "invalid_request_error");
+                let v: serde_json::Value = serde_json::from_slice(&err.to_json())
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert!(!v["error"]["message"].as_str().unwrap_or("").is_empty());
+            }
+            Ok(ins) => {
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
+                    prop_assert_eq!(v["model"].as_str(), Some(ins.model.as_str()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_get_a_400(
+            bytes in prop::collection::vec(any::<u8>(), 0..512)
+        ) {
+            check(&bytes)?;
+        }
+
+        #[test]
+        fn arbitrary_bytes_after_a_model_key_never_panic_and_get_a_400(
+            tail in prop::collection::vec(any::<u8>(), 0..128)
+        ) {
+            let bytes = [&b"{\"model\":"[..], &tail].concat();
+            check(&bytes)?;
+        }
+    }
 
     #[test]
     fn only_the_four_openai_endpoints_are_routed() {
