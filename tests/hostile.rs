@@ -374,3 +374,50 @@ async fn startup_logs_the_budget_and_warns_about_a_non_loopback_listen() {
     let status = open.status().await;
     assert_eq!(status["budget"]["limit_bytes"], 12_345_678);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bodies_over_the_per_request_cap_get_413_before_more_than_the_cap_is_buffered() {
+    let (sim, proxy) = setup("max_body_bytes = 100000\n").await;
+    let body = chat_of_size("fast", 150_000);
+    // Declared up front: refused before a byte of the body is read.
+    let resp = post(&proxy, "/v1/chat/completions", body.clone()).await;
+    assert_eq!(resp.status(), 413);
+    let err = error_of(resp).await;
+    assert_eq!(err["code"], "request_too_large");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 100000 bytes"),
+        "{err}"
+    );
+    assert_eq!(proxy.status().await["budget"]["peak_bytes"], 0);
+    // Chunked: refused as soon as it passes the cap, never holding more than the cap.
+    let pieces: Vec<Result<Vec<u8>, std::io::Error>> = body
+        .as_bytes()
+        .chunks(4096)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    let resp = client()
+        .post(proxy.url("/v1/chat/completions"))
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            pieces,
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    let status = proxy.status().await;
+    let peak = status["budget"]["peak_bytes"].as_u64().unwrap();
+    assert!(peak > 0 && peak <= 100_000, "peak {peak}");
+    proxy.expect_budget_full("a 413").await;
+    assert_eq!(sim.request_count(), 0);
+    // Exactly at the cap is fine.
+    let resp = post(
+        &proxy,
+        "/v1/chat/completions",
+        chat_of_size("fast", 100_000),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+}
