@@ -150,7 +150,20 @@ pub fn status(app: &App) -> Value {
             "client_errors": sum(|s| s.client_errors()),
             "in_flight": sum(|s| s.inflight()),
         },
+        "budget": budget(app),
         "aliases": aliases,
+    })
+}
+
+/// The memory budget for request bodies: size, bytes held now, the most ever held, 429s.
+fn budget(app: &App) -> Value {
+    let b = &app.budget;
+    json!({
+        "limit_bytes": b.limit(),
+        "source": b.source(),
+        "in_use_bytes": b.in_use(),
+        "peak_bytes": b.peak(),
+        "rejections": b.rejections(),
     })
 }
 

@@ -1,5 +1,6 @@
 //! The shared, immutable state of a running sturnus: config, routing table, upstream settings.
 
+use crate::budget::Budget;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::observe::Metrics;
@@ -19,6 +20,8 @@ pub struct App {
     pub connector: pingora_core::connectors::http::Connector,
     /// The Prometheus metrics, with every configured series pre-created.
     pub metrics: Metrics,
+    /// The aggregate memory budget for buffered request bodies.
+    pub budget: Arc<Budget>,
     /// When this process started serving.
     pub started: Instant,
 }
@@ -39,6 +42,7 @@ impl App {
             metrics,
             peer_settings,
             connector: pingora_core::connectors::http::Connector::new(None),
+            budget: Budget::from_config(&config.routing),
             started: Instant::now(),
             config,
         }))

@@ -88,11 +88,21 @@ fn check(path: &std::path::Path) -> i32 {
         return 1;
     };
     let summary = config.describe();
-    if let Err(e) = App::new(config) {
-        eprintln!("sturnus: invalid config {}:\n{e}", path.display());
-        return 1;
-    }
+    let app = match App::new(config) {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("sturnus: invalid config {}:\n{e}", path.display());
+            return 1;
+        }
+    };
     println!("{summary}");
+    println!(
+        "memory budget for request bodies: {}",
+        app.budget.describe()
+    );
+    if let Some(warning) = crate::server::listen_warning(app.config.listen) {
+        println!("warning: {warning}");
+    }
     println!("config OK");
     0
 }

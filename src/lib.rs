@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod app;
 pub mod body;
+pub mod budget;
 pub mod catalog;
 pub mod cli;
 pub mod config;

@@ -1,5 +1,6 @@
 //! The per-request state: the only state a request carries between Pingora's hooks.
 
+use crate::budget::Reservation;
 use crate::catalog::Candidate;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
@@ -61,6 +62,9 @@ pub struct RequestCtx {
     pub response_bytes: u64,
     /// Request body bytes received from the client.
     pub request_bytes: u64,
+    /// The memory budget held for the request body, until the provider has it (or the
+    /// request ends any other way: dropping the context gives it back).
+    pub reservation: Option<Reservation>,
 }
 
 impl RequestCtx {
@@ -82,6 +86,7 @@ impl RequestCtx {
             failure: None,
             response_bytes: 0,
             request_bytes: 0,
+            reservation: None,
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod ctx;
 mod direct;
 pub mod errors;
 mod failure;
+pub mod header_guard;
 pub mod intake;
 pub mod relay;
 pub mod respond;
@@ -112,6 +113,9 @@ impl ProxyHttp for Sturnus {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         relay::response_header(resp, ctx);
+        // The provider answered, so Pingora will not resend the body: give its memory back.
+        ctx.reservation = None;
+        ctx.spliced = None;
         Ok(())
     }
 

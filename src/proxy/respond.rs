@@ -45,6 +45,30 @@ pub async fn error(session: &mut Session, err: &ApiError, body_consumed: bool) -
     send(session, err.status, "application/json", err.to_json(), &[]).await
 }
 
+/// Answers a request whose body sturnus stopped reading (too large, over budget, too slow) and
+/// closes the connection. Before closing it drains what the client still sends for a moment
+/// ([`LINGER`]), without keeping it, so the client reads the answer rather than a reset.
+pub async fn refuse(session: &mut Session, err: &ApiError, retry_after: Option<u64>) -> Result<()> {
+    session.set_keepalive(None);
+    let extra: Vec<(&'static str, String)> = retry_after
+        .map(|secs| ("retry-after", secs.to_string()))
+        .into_iter()
+        .collect();
+    send(
+        session,
+        err.status,
+        "application/json",
+        err.to_json(),
+        &extra,
+    )
+    .await?;
+    let _ = tokio::time::timeout(LINGER, session.drain_request_body()).await;
+    Ok(())
+}
+
+/// How long [`refuse`] drains unread request bytes before the connection closes.
+pub const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Largest unread request body sturnus drains (rather than closing) before answering early.
 const DRAIN_LIMIT: u64 = 1 << 20;
 
