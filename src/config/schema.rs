@@ -99,8 +99,9 @@ pub struct RoutingConfig {
     pub read_timeout: Duration,
     /// Per-request body size cap in bytes.
     pub max_body_bytes: u64,
-    /// Aggregate buffering budget in bytes; `None` means derive it from the cgroup later.
-    /// `Some(0)` is passed through as written.
+    /// Aggregate buffering budget in bytes; `None` means derive it at startup (half the
+    /// container's memory limit, else 4 × `max_body_bytes`, see `crate::budget`).
+    /// `Some(0)` turns the aggregate limit off.
     pub max_buffered_bytes: Option<u64>,
     /// Time allowed to read the request headers.
     pub header_timeout: Duration,

@@ -349,7 +349,7 @@ fn describe_summarises_the_config() {
         "aliases (2):",
         "  fast:\n    1. groq / llama-3.3-70b-versatile\n    2. openai / gpt-4o-mini",
         "timeouts: connect 10s, read 60s, header 10s, body 500ms",
-        "limits: max_body_bytes 33554432, max_buffered_bytes 0",
+        "limits: max_body_bytes 33554432, max_buffered_bytes 0 (no aggregate limit)",
     ] {
         assert!(s.contains(expected), "missing {expected:?} in:\n{s}");
     }
