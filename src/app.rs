@@ -2,6 +2,7 @@
 
 use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::lifecycle::Lifecycle;
 use crate::observe::Metrics;
 use crate::providers::{tls, PeerSettings};
 use std::sync::Arc;
@@ -21,6 +22,8 @@ pub struct App {
     pub metrics: Metrics,
     /// When this process started serving.
     pub started: Instant,
+    /// Signals, drain and upgrade state of the process (`/health` reads it).
+    pub lifecycle: Arc<Lifecycle>,
 }
 
 impl App {
@@ -40,6 +43,7 @@ impl App {
             peer_settings,
             connector: pingora_core::connectors::http::Connector::new(None),
             started: Instant::now(),
+            lifecycle: Arc::new(Lifecycle::new()),
             config,
         }))
     }
