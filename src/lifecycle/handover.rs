@@ -90,10 +90,11 @@ pub fn save(catalog: &Catalog, path: &Path) -> std::io::Result<usize> {
     let tmp = path.with_extension("json.tmp");
     {
         use std::os::unix::fs::OpenOptionsExt;
+        // A fresh file (O_EXCL never follows a planted symlink), then an atomic rename.
+        let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
         f.write_all(&json)?;

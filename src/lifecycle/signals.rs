@@ -63,10 +63,15 @@ impl BackgroundService for Listener {
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
         );
-        let (Ok(mut quit), Ok(mut term), Ok(mut int)) = armed else {
-            log::error!("cannot install signal handlers; signals keep their default action");
-            ready.notify_ready();
-            return;
+        let (mut quit, mut term, mut int) = match armed {
+            (Ok(quit), Ok(term), Ok(int)) => (quit, term, int),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                log::error!(
+                    "cannot install signal handlers ({e}); SIGTERM and SIGQUIT will not drain"
+                );
+                ready.notify_ready();
+                return;
+            }
         };
         ready.notify_ready();
         let mut forwarded = false;
