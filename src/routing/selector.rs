@@ -199,7 +199,12 @@ fn speeds_to_weights(out: &mut [f64], params: &RoutingParams) -> (f64, usize) {
         } else if *o < 0.0 {
             cold_weight * pow(-*o)
         } else {
-            pow((*o * inv_best).min(1.0))
+            // The best candidate is exactly 1.0 (o * (1/best) can miss it by one ulp).
+            if *o == best {
+                1.0
+            } else {
+                pow((*o * inv_best).min(1.0))
+            }
         };
         if !o.is_nan() {
             sum += *o;
