@@ -37,7 +37,8 @@ pub const METRICS_LISTENER_PATHS: [&str; 4] = ["/metrics", "/health", "/healthz"
 /// The admin answer for a method and path, or `None` when the path is not an admin path.
 pub fn answer(method: &http::Method, path: &str, app: &App) -> Option<Answer> {
     let build: fn(&App) -> Answer = match path {
-        "/health" | "/healthz" => |_| Answer::json(200, &json!({"status": "ok"})),
+        "/health" => health,
+        "/healthz" => |_| Answer::json(200, &json!({"status": "ok"})),
         "/status" => |app| Answer::json(200, &status(app)),
         "/metrics" => |app| Answer {
             status: 200,
@@ -71,6 +72,16 @@ pub async fn serve(session: &mut Session, app: &App) -> Result<bool> {
     let body = if head { Vec::new() } else { answer.body };
     respond::send(session, answer.status, answer.content_type, body, &[]).await?;
     Ok(true)
+}
+
+/// Readiness: 200 `{"status":"ok"}`, or 503 `{"status":"shutting_down"}` once SIGTERM started
+/// the drain. (`/healthz` is liveness and stays 200 while the process runs.)
+fn health(app: &App) -> Answer {
+    if app.lifecycle.is_draining() {
+        Answer::json(503, &json!({"status": "shutting_down"}))
+    } else {
+        Answer::json(200, &json!({"status": "ok"}))
+    }
 }
 
 /// OpenAI's model list, one entry per alias, so SDKs and tools can discover them.

@@ -3,6 +3,7 @@
 use crate::budget::Budget;
 use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::lifecycle::Lifecycle;
 use crate::observe::Metrics;
 use crate::providers::{tls, PeerSettings};
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub struct App {
     pub budget: Arc<Budget>,
     /// When this process started serving.
     pub started: Instant,
+    /// Signals, drain and upgrade state of the process (`/health` reads it).
+    pub lifecycle: Arc<Lifecycle>,
 }
 
 impl App {
@@ -44,6 +47,7 @@ impl App {
             connector: pingora_core::connectors::http::Connector::new(None),
             budget: Budget::from_config(&config.routing),
             started: Instant::now(),
+            lifecycle: Arc::new(Lifecycle::new()),
             config,
         }))
     }

@@ -45,6 +45,15 @@ pub enum Command {
     Serve,
     /// Validate the config, print the resolved aliases with secrets masked, exit 0 or 1.
     Check,
+    /// GET a health URL: exit 0 on 200, else 1 with one line saying why (for exec probes).
+    Healthcheck {
+        /// The URL to check (plain http).
+        #[arg(long, default_value = crate::healthcheck::DEFAULT_URL)]
+        url: String,
+        /// Connect and read timeout, in seconds.
+        #[arg(long, default_value_t = 5)]
+        timeout: u64,
+    },
     /// Run a self-contained demo: simulated providers, the real proxy, live routing tables.
     Demo {
         /// How long to drive traffic, in seconds.
@@ -68,6 +77,9 @@ pub fn main() -> i32 {
         Some(Command::Check) => check(&cli.config),
         Some(Command::Demo { seconds }) => crate::demo::run(seconds),
         Some(Command::Simulate(args)) => crate::simulate::main(&args),
+        Some(Command::Healthcheck { url, timeout }) => {
+            crate::healthcheck::main(&url, std::time::Duration::from_secs(timeout.max(1)))
+        }
         None | Some(Command::Serve) => serve(&cli.config, cli.pingora, cli.log_format),
     }
 }
@@ -120,14 +132,13 @@ fn serve(path: &std::path::Path, opt: Opt, log_format: LogFormat) -> i32 {
         }
     };
     observe::log_startup(&app.config);
-    let server = match crate::server::build(opt, app) {
-        Ok(server) => server,
+    match crate::server::build(opt, app) {
+        Ok(server) => server.run_forever(),
         Err(e) => {
             eprintln!("sturnus: {e}");
-            return 1;
+            1
         }
-    };
-    server.run_forever()
+    }
 }
 
 /// Installs the logger in its default format (see [`observe::logger`]).

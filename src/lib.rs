@@ -12,6 +12,8 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod healthcheck;
+pub mod lifecycle;
 pub mod metrics_listener;
 pub mod observe;
 pub mod providers;

@@ -9,6 +9,12 @@
 //! of the header within `routing.header_timeout_secs`, checks them, and hands them to Pingora
 //! as an already-received prefix (`set_pipelined_prefix`), which Pingora parses without reading
 //! again. Everything after that — keep-alive, bodies, the proxy hooks — is Pingora's own code.
+//!
+//! Shutdown follows Pingora's order: a connection idle between requests is closed when the app
+//! is cleaned up (which the drain in [`crate::lifecycle::drain`] delays until in-flight
+//! connections had their chance), not the moment the shutdown signal flips; a header already
+//! arriving is read to its end (its deadline bounds it), so a request racing the shutdown is
+//! still served.
 
 use super::errors::ApiError;
 use async_trait::async_trait;
@@ -36,6 +42,8 @@ const LINGER: Duration = Duration::from_secs(1);
 pub struct HeaderGuard<A> {
     inner: Arc<A>,
     timeout: Duration,
+    /// Flips to `true` in `cleanup`: connections idle between requests close then.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl<A> HeaderGuard<A> {
@@ -44,6 +52,7 @@ impl<A> HeaderGuard<A> {
         HeaderGuard {
             inner: Arc::new(inner),
             timeout,
+            closing: tokio::sync::watch::Sender::new(false),
         }
     }
 }
@@ -72,7 +81,8 @@ where
         let mut settings = None;
         let mut fresh = true;
         loop {
-            let head = read_head(&mut stream, fresh, self.timeout, shutdown).await;
+            let closing = self.closing.subscribe();
+            let head = read_head(&mut stream, fresh, self.timeout, closing).await;
             let prefix = match head {
                 Head::Ready(prefix) => prefix,
                 Head::Gone => return None,
@@ -111,25 +121,26 @@ where
     }
 
     async fn cleanup(&self) {
+        self.closing.send_replace(true);
         self.inner.http_cleanup().await;
     }
 }
 
 /// Reads one request header. On a reused connection the wait for its first byte is the
-/// keep-alive idle time (silently closed when it passes); the header deadline runs from that
-/// first byte, or from the accept on a new connection.
+/// keep-alive idle time (silently closed when it passes, or when `closing` flips); the header
+/// deadline runs from that first byte, or from the accept on a new connection.
 async fn read_head(
     stream: &mut Stream,
     fresh: bool,
     timeout: Duration,
-    shutdown: &ShutdownWatch,
+    mut closing: tokio::sync::watch::Receiver<bool>,
 ) -> Head {
     let mut buf = BytesMut::with_capacity(4096);
     if !fresh {
         let first = tokio::select! {
             biased;
             r = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)) => r,
-            _ = shutting_down(shutdown) => return Head::Gone,
+            _ = closing.wait_for(|c| *c) => return Head::Gone,
         };
         match first {
             Ok(Ok(n)) if n > 0 => {}
@@ -148,24 +159,12 @@ async fn read_head(
             return Head::Refused(ApiError::headers_too_large(&detail));
         }
         buf.reserve(4096);
-        let read = tokio::select! {
-            biased;
-            r = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)) => r,
-            _ = shutting_down(shutdown) => return Head::Gone,
-        };
+        let read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await;
         match read {
             Err(_elapsed) => return Head::Refused(ApiError::request_timeout("header", timeout)),
             Ok(Ok(0)) | Ok(Err(_)) => return Head::Gone,
             Ok(Ok(_)) => {}
         }
-    }
-}
-
-/// Resolves once the server starts shutting down (never, if the watch is gone).
-async fn shutting_down(shutdown: &ShutdownWatch) {
-    let mut watch = shutdown.clone();
-    if watch.wait_for(|down| *down).await.is_err() {
-        std::future::pending::<()>().await;
     }
 }
 

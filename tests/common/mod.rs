@@ -70,6 +70,23 @@ pub fn provider_toml(name: &str, sim: &SimProvider, key: Option<&str>) -> String
     s
 }
 
+/// How to launch sturnus beyond its config.
+#[derive(Default, Clone, Copy)]
+pub struct Launch<'a> {
+    /// Extra environment variables.
+    pub env: &'a [(&'a str, &'a str)],
+    /// Extra command-line arguments.
+    pub args: &'a [&'a str],
+    /// Start from an empty environment, like `env -i` (no `PATH`, `HOME`, `RUST_LOG`, ...).
+    pub clear_env: bool,
+    /// Run inside an empty root (`chroot`) holding only the binary, `/config.toml` and these
+    /// files (name in the root, source path) — what a `FROM scratch` image has. Needs root and
+    /// a static binary.
+    pub scratch_root: Option<&'a [(&'a str, &'a std::path::Path)]>,
+    /// The host part of `listen` (default `127.0.0.1`; the tests still reach it on 127.0.0.1).
+    pub listen_host: Option<&'a str>,
+}
+
 impl Proxy {
     /// Starts sturnus with `config` (everything but `listen`, which the harness sets).
     pub async fn start(config: &str) -> Proxy {
@@ -78,7 +95,15 @@ impl Proxy {
 
     /// Starts sturnus with extra environment variables and command-line arguments.
     pub async fn start_with(config: &str, env: &[(&str, &str)], args: &[&str]) -> Proxy {
-        Proxy::start_listening("127.0.0.1", config, env, args).await
+        Proxy::launch(
+            config,
+            Launch {
+                env,
+                args,
+                ..Launch::default()
+            },
+        )
+        .await
     }
 
     /// Starts sturnus listening on `host` (the tests still reach it on 127.0.0.1).
@@ -88,55 +113,84 @@ impl Proxy {
         env: &[(&str, &str)],
         args: &[&str],
     ) -> Proxy {
+        Proxy::launch(
+            config,
+            Launch {
+                env,
+                args,
+                listen_host: Some(host),
+                ..Launch::default()
+            },
+        )
+        .await
+    }
+
+    /// Starts sturnus as `how` says and waits until it serves.
+    pub async fn launch(config: &str, how: Launch<'_>) -> Proxy {
         for _ in 0..3 {
-            if let Some(proxy) = Proxy::try_start(host, config, env, args).await {
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let mut proxy = Proxy::spawn(addr, config, how);
+            if proxy.wait_healthy().await {
                 return proxy;
             }
         }
         panic!("sturnus could not bind a listener in three attempts");
     }
 
-    /// One start attempt; `None` when the chosen port turned out to be taken.
-    async fn try_start(
-        host: &str,
-        config: &str,
-        env: &[(&str, &str)],
-        args: &[&str],
-    ) -> Option<Proxy> {
-        let port = free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    /// Spawns sturnus with `listen = addr` and `config` in a fresh scratch directory, without
+    /// waiting for it (a process started with `-u` serves only once the old one hands over).
+    pub fn spawn(addr: SocketAddr, config: &str, how: Launch<'_>) -> Proxy {
         let dir = scratch_dir();
-        let config_path = dir.join("config.toml");
-        std::fs::write(
-            &config_path,
-            format!("listen = \"{host}:{port}\"\n{config}"),
-        )
-        .unwrap();
+        let host = how.listen_host.unwrap_or("127.0.0.1");
+        let text = format!("listen = \"{host}:{}\"\n{config}", addr.port());
         let log_path = dir.join("sturnus.log");
         let log = std::fs::File::create(&log_path).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sturnus"));
-        cmd.arg("--config")
-            .arg(&config_path)
-            .args(args)
-            .env("RUST_LOG", "info")
+        let mut cmd = match how.scratch_root {
+            Some(files) => {
+                let root = dir.join("root");
+                std::fs::create_dir_all(&root).unwrap();
+                let bin = root.join("sturnus");
+                if std::fs::hard_link(env!("CARGO_BIN_EXE_sturnus"), &bin).is_err() {
+                    std::fs::copy(env!("CARGO_BIN_EXE_sturnus"), &bin).unwrap();
+                }
+                std::fs::write(root.join("config.toml"), text).unwrap();
+                for (name, src) in files {
+                    std::fs::copy(src, root.join(name)).unwrap();
+                }
+                let mut cmd = Command::new(chroot_command());
+                cmd.arg(&root)
+                    .args(["/sturnus", "--config", "/config.toml"]);
+                cmd
+            }
+            None => {
+                let config_path = dir.join("config.toml");
+                std::fs::write(&config_path, text).unwrap();
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_sturnus"));
+                cmd.arg("--config").arg(&config_path);
+                cmd
+            }
+        };
+        if how.clear_env {
+            cmd.env_clear();
+        } else {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.args(how.args)
+            .envs(how.env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
         let child = cmd.spawn().expect("spawn sturnus");
-        let mut proxy = Proxy {
+        Proxy {
             child,
             addr,
             log_path,
             dir,
-        };
-        proxy.wait_healthy().await.then_some(proxy)
+        }
     }
 
     /// Waits until this process (checked by pid) serves `/status`; false if it could not bind.
-    async fn wait_healthy(&mut self) -> bool {
+    pub async fn wait_healthy(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(20);
         let client = client();
         while Instant::now() < deadline {
@@ -149,7 +203,7 @@ impl Proxy {
             }
             if let Ok(r) = client.get(self.url("/status")).send().await {
                 if let Ok(v) = r.json::<serde_json::Value>().await {
-                    if v["pid"] == self.child.id() {
+                    if v["pid"] == self.pid() {
                         return true;
                     }
                 }
@@ -157,6 +211,26 @@ impl Proxy {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         panic!("sturnus did not become healthy:\n{}", self.logs());
+    }
+
+    /// Sends a signal (`SIGTERM`, `SIGQUIT`, ...) to the process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        nix::sys::signal::kill(pid, signal).expect("send signal");
+    }
+
+    /// Waits up to `limit` for the process to exit; its status, or `None` if still running.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// `http://addr{path}`.
@@ -309,6 +383,19 @@ impl Drop for Proxy {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The `chroot` command (absolute, since a cleared environment has no `PATH`).
+fn chroot_command() -> &'static str {
+    ["/usr/sbin/chroot", "/usr/bin/chroot", "/sbin/chroot"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("chroot(8) is installed")
+}
+
+/// Whether this test process runs as root (needed for `chroot`).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
 }
 
 /// A reqwest client with no proxy settings from the environment.

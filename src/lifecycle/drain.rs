@@ -1,0 +1,147 @@
+//! The drain: count open proxy connections and end the process once the last one is done.
+//!
+//! [`Tracked`] wraps the proxy's Pingora app. Pingora calls `process_new` once per downstream
+//! connection (HTTP/1.1 keep-alive requests loop inside it), so counting calls in progress counts
+//! open connections, whether a request is in flight or the connection waits for the next one.
+//!
+//! When Pingora stops the proxy listener (SIGTERM, or 5 s after SIGQUIT handed the sockets over)
+//! it calls `cleanup`. The inner cleanup (the header guard's, then Pingora's) closes idle
+//! keep-alive connections at once, which races with a client that is just sending its next
+//! request on one. So `cleanup` first settles
+//! ([`SETTLE`], so connections accepted just before are counted), then lingers up to [`LINGER`]
+//! while connections are open: each request arriving meanwhile is still served,
+//! with `Connection: close` (Pingora disables keep-alive once shutdown started), and the client
+//! moves to a new connection — to the new process, in an upgrade. Then idle connections are
+//! closed, and once no connection is left the process exits with status 0, rather than sleeping
+//! out the rest of `grace_period_seconds` as unmodified Pingora does. A stream still running when
+//! the grace period ends is cut by Pingora's runtime shutdown, as before.
+
+use super::Lifecycle;
+use async_trait::async_trait;
+use pingora_core::apps::ServerApp;
+use pingora_core::protocols::Stream;
+use pingora_core::server::ShutdownWatch;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest wait for busy keep-alive connections to finish a last request before idle ones are
+/// closed.
+pub const LINGER: Duration = Duration::from_secs(2);
+
+/// Pause before the first look at the connection count: a connection accepted just before the
+/// listener closed is counted once its task starts, and its request is then still served.
+pub const SETTLE: Duration = Duration::from_millis(200);
+
+/// How often the drain looks at the connection count.
+const POLL: Duration = Duration::from_millis(10);
+
+/// What happens once the proxy has drained: normally [`exit`], replaceable for tests.
+pub type OnDrained = fn();
+
+/// Ends the process with status 0 after a completed drain.
+pub fn exit() {
+    log::info!("drained: no proxy connection left, exiting");
+    std::process::exit(0);
+}
+
+/// The proxy app with connection counting and a drain that ends the process.
+pub struct Tracked<A> {
+    inner: Arc<A>,
+    lifecycle: Arc<Lifecycle>,
+    linger: Duration,
+    on_drained: OnDrained,
+}
+
+impl<A> Tracked<A> {
+    /// Wraps `inner`; after the drain, `on_drained` runs (use [`exit`] in the server).
+    pub fn new(inner: A, lifecycle: Arc<Lifecycle>, on_drained: OnDrained) -> Tracked<A> {
+        Tracked {
+            inner: Arc::new(inner),
+            lifecycle,
+            linger: LINGER,
+            on_drained,
+        }
+    }
+
+    /// Waits while connections are open, at most `limit` (forever when `None`).
+    async fn wait_idle(&self, limit: Option<Duration>) {
+        let deadline = limit.map(|d| tokio::time::Instant::now() + d);
+        while self.lifecycle.connections() > 0 {
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Tracked<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        session: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let _open = self.lifecycle.open_connection();
+        self.inner.process_new(session, shutdown).await
+    }
+
+    async fn cleanup(&self) {
+        let open = self.lifecycle.connections();
+        log::info!("proxy listener closed; draining {open} open connection(s)");
+        tokio::time::sleep(SETTLE).await;
+        self.wait_idle(Some(self.linger)).await;
+        self.inner.cleanup().await;
+        self.wait_idle(None).await;
+        (self.on_drained)();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static DRAINED: AtomicBool = AtomicBool::new(false);
+
+    struct Nothing;
+
+    #[async_trait]
+    impl ServerApp for Nothing {
+        async fn process_new(self: &Arc<Self>, _: Stream, _: &ShutdownWatch) -> Option<Stream> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn cleanup_waits_for_open_connections_then_reports_drained() {
+        let lifecycle = Arc::new(Lifecycle::new());
+        let mut tracked = Tracked::new(Nothing, lifecycle.clone(), || {
+            DRAINED.store(true, Ordering::SeqCst)
+        });
+        tracked.linger = Duration::from_millis(20);
+        let tracked = Arc::new(tracked);
+        let guard_owner = lifecycle.clone();
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+        let held = tokio::spawn(async move {
+            let _open = guard_owner.open_connection();
+            let _ = release_rx.await;
+        });
+        while lifecycle.connections() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let cleanup = tokio::spawn({
+            let tracked = tracked.clone();
+            async move { tracked.cleanup().await }
+        });
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(
+            !DRAINED.load(Ordering::SeqCst),
+            "drained with a connection open"
+        );
+        release_tx.send(()).unwrap();
+        held.await.unwrap();
+        cleanup.await.unwrap();
+        assert!(DRAINED.load(Ordering::SeqCst));
+    }
+}

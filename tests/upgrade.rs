@@ -1,0 +1,316 @@
+//! Graceful upgrade: a new process started with `-u` takes the listening sockets over when the
+//! old one gets SIGQUIT — under continuous load with zero failed requests, in-flight streams
+//! completing — and takes the routing state (per-candidate EWMAs) over with them.
+
+mod common;
+
+use common::*;
+use futures_util::StreamExt;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A Pingora server config like `conf/pingora.yaml`, with this test's own socket and pid file.
+fn pingora_yaml(dir: &Path) -> PathBuf {
+    let path = dir.join("pingora.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "---\nversion: 1\nthreads: 2\nupgrade_sock: {}\npid_file: {}\ngrace_period_seconds: 20\ngraceful_shutdown_timeout_seconds: 5\n",
+            dir.join("upgrade.sock").display(),
+            dir.join("sturnus.pid").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Starts the new process with `-u` on `old`'s address, sends SIGQUIT to `old` once the new one
+/// waits on the upgrade socket, and returns the new process once it serves.
+async fn upgrade(old: &Proxy, config: &str, yaml: &Path) -> Proxy {
+    let sock = yaml.with_file_name("upgrade.sock");
+    let yaml = yaml.to_string_lossy().into_owned();
+    let mut new = Proxy::spawn(
+        old.addr,
+        config,
+        Launch {
+            args: &["-c", &yaml, "-u"],
+            ..Launch::default()
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no upgrade socket:\n{}",
+            new.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    old.signal(Signal::SIGQUIT);
+    assert!(new.wait_healthy().await, "{}", new.logs());
+    new
+}
+
+/// One request as a load worker sends it; `Err` describes a failure.
+async fn one_request(c: &reqwest::Client, url: &str, stream: bool) -> Result<(), String> {
+    let resp = c
+        .post(url)
+        .header("content-type", "application/json")
+        .body(chat_body("fast", stream))
+        .send()
+        .await
+        .map_err(|e| format!("send: {e:?}"))?;
+    let status = resp.status();
+    let body = resp.text().await.map_err(|e| format!("body: {e:?}"))?;
+    if status != 200 {
+        return Err(format!("status {status}: {body}"));
+    }
+    let complete = if stream {
+        body.trim_end().ends_with("data: [DONE]")
+    } else {
+        serde_json::from_str::<Value>(&body).is_ok_and(|v| v["choices"].is_array())
+    };
+    if complete {
+        Ok(())
+    } else {
+        Err(format!("incomplete body: {body}"))
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    failures: Mutex<Vec<String>>,
+}
+
+/// A load worker: reused connections (one pooled client) or a new connection per request,
+/// alternating streaming and not, until `stop` (and at most `max` requests).
+async fn worker(url: String, reuse: bool, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30));
+    if !reuse {
+        builder = builder.pool_max_idle_per_host(0);
+    }
+    let c = builder.build().unwrap();
+    let max = 20_000;
+    for i in 0..max {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match one_request(&c, &url, i % 2 == 1).await {
+            Ok(()) => {
+                tally.ok.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => tally.failures.lock().unwrap().push(e),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upgrade_under_load_fails_no_request_and_in_flight_streams_complete() {
+    let fast = SimProvider::start("fast").await.unwrap();
+    fast.behaviour.set_latency(Duration::from_millis(2));
+    fast.behaviour.set_chunk_interval(Duration::from_millis(5));
+    let slow = SimProvider::start("slow").await.unwrap();
+    // Long streams: 16 events 500 ms apart, so they outlive the old process's 5 s hand-over.
+    slow.behaviour.set_chunks(14);
+    slow.behaviour
+        .set_chunk_interval(Duration::from_millis(500));
+    let config = format!(
+        "{}{}[model]\nfast = [{{ provider = \"fast\", model = \"f\" }}]\nlong = [{{ provider = \"slow\", model = \"s\" }}]\n",
+        provider_toml("fast", &fast, None),
+        provider_toml("slow", &slow, None)
+    );
+    let dir = scratch_dir();
+    let yaml = pingora_yaml(&dir);
+    let yaml_arg = yaml.to_string_lossy().into_owned();
+    let mut old = Proxy::start_with(&config, &[], &["-c", &yaml_arg]).await;
+    let old_pid = old.pid();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let url = old.url("/v1/chat/completions");
+    let workers: Vec<_> = [true, true, false, false]
+        .into_iter()
+        .map(|reuse| tokio::spawn(worker(url.clone(), reuse, stop.clone(), tally.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Streams in flight on the old process when it hands over.
+    let mut long_streams = Vec::new();
+    for _ in 0..3 {
+        let mut resp = post(&old, "/v1/chat/completions", chat_body("long", true)).await;
+        assert_eq!(resp.status(), 200);
+        let first = resp.chunk().await.unwrap().expect("first chunk");
+        long_streams.push(tokio::spawn(async move {
+            let mut body = first.to_vec();
+            let mut rest = resp.bytes_stream();
+            while let Some(chunk) = rest.next().await {
+                body.extend_from_slice(&chunk.map_err(|e| format!("{e:?}"))?);
+            }
+            Ok::<_, String>(String::from_utf8_lossy(&body).into_owned())
+        }));
+    }
+
+    let new = upgrade(&old, &config, &yaml).await;
+    assert_ne!(new.pid(), old_pid);
+
+    // The old process serves what it has, hands over, drains and exits 0 by itself.
+    let status = old.wait_exit(Duration::from_secs(30)).await;
+    let status = status.unwrap_or_else(|| panic!("old still running:\n{}", old.logs()));
+    assert_eq!(status.code(), Some(0), "{}", old.logs());
+    let served_before_exit = tally.ok.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+
+    for s in long_streams {
+        let text = s
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("stream broke: {e}"));
+        assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+        assert_eq!(text.matches("\"delta\"").count(), 15, "{text}");
+    }
+    let failures = tally.failures.lock().unwrap().clone();
+    let ok = tally.ok.load(Ordering::Relaxed);
+    assert!(
+        failures.is_empty(),
+        "{} of {} requests failed, e.g. {:?}",
+        failures.len(),
+        ok + failures.len() as u64,
+        &failures[..failures.len().min(5)]
+    );
+    eprintln!("{ok} requests served across the upgrade, {served_before_exit} before the old process exited");
+    assert!(
+        ok > served_before_exit,
+        "nothing served after the old process exited"
+    );
+    assert!(ok >= 100, "only {ok} requests");
+    assert_eq!(new.status().await["pid"], new.pid());
+    assert!(!old.logs().contains("panicked") && !new.logs().contains("panicked"));
+}
+
+/// `(latency_ms non-streaming, latency_ms streaming, success_rate, state)` of a candidate.
+fn candidate(status: &Value, provider: &str) -> Option<(Value, Value, Value, Value)> {
+    status["aliases"][0]["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["provider"] == provider)
+        .map(|c| {
+            (
+                c["non_streaming"]["latency_ms"].clone(),
+                c["streaming"]["latency_ms"].clone(),
+                c["success_rate"].clone(),
+                c["state"].clone(),
+            )
+        })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn routing_state_survives_the_upgrade_removed_candidates_drop_new_ones_start_cold() {
+    let a = SimProvider::start("a").await.unwrap();
+    let b = SimProvider::start("b").await.unwrap();
+    let c = SimProvider::start("c").await.unwrap();
+    a.behaviour.set_latency(Duration::from_millis(5));
+    b.behaviour.set_latency(Duration::from_millis(30));
+    let providers = format!(
+        "{}{}{}",
+        provider_toml("a", &a, None),
+        provider_toml("b", &b, None),
+        provider_toml("c", &c, None)
+    );
+    let old_config = format!(
+        "{providers}[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n[routing]\nprobe_floor = 0.2\n"
+    );
+    let dir = scratch_dir();
+    let yaml = pingora_yaml(&dir);
+    let yaml_arg = yaml.to_string_lossy().into_owned();
+    let mut old = Proxy::start_with(&old_config, &[], &["-c", &yaml_arg]).await;
+    // Warm both candidates in both modes.
+    for i in 0..60 {
+        let resp = post(&old, "/v1/chat/completions", chat_body("fast", i % 2 == 0)).await;
+        assert_eq!(resp.status(), 200);
+        resp.bytes().await.unwrap();
+    }
+    let before = old.status().await;
+    let (a_ns, a_s, a_success, a_state) = candidate(&before, "a").unwrap();
+    assert!(a_ns.is_f64() && a_s.is_f64(), "a not warm: {before}");
+    assert!(
+        candidate(&before, "b").unwrap().0.is_f64(),
+        "b not warm: {before}"
+    );
+    assert_eq!(a_state, "warm");
+
+    // The new config keeps a, drops b, adds c.
+    let new_config = format!(
+        "{providers}[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"c\", model = \"mc\" }}]\n"
+    );
+    let new = upgrade(&old, &new_config, &yaml).await;
+    let after = new.status().await;
+    assert_eq!(after["pid"], new.pid());
+    let (n_ns, n_s, n_success, n_state) = candidate(&after, "a").unwrap();
+    assert_eq!((n_ns, n_s, n_success), (a_ns, a_s, a_success), "{after}");
+    assert_eq!(n_state, "warm");
+    assert_eq!(
+        after["aliases"][0]["candidates"][0]["requests"], 0,
+        "counters start fresh"
+    );
+    assert!(candidate(&after, "b").is_none(), "{after}");
+    let (c_ns, c_s, _, c_state) = candidate(&after, "c").unwrap();
+    assert!(c_ns.is_null() && c_s.is_null(), "{after}");
+    assert_eq!(c_state, "cold");
+    assert!(
+        new.logs()
+            .contains("1 candidate(s) carried, 1 dropped, 1 new (cold)"),
+        "{}",
+        new.logs()
+    );
+    assert!(
+        !dir.join("upgrade.sock.routing-state.json").exists(),
+        "the snapshot is consumed"
+    );
+    let status = old.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", old.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_with_a_new_metrics_listener_config_serves_it_from_the_new_process() {
+    let sim = SimProvider::start("p").await.unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let config = format!(
+        "metrics_listen = \"{metrics}\"\n{}[model]\nfast = [{{ provider = \"p\", model = \"m\" }}]\n",
+        provider_toml("p", &sim, None)
+    );
+    let dir = scratch_dir();
+    let yaml = pingora_yaml(&dir);
+    let yaml_arg = yaml.to_string_lossy().into_owned();
+    let mut old = Proxy::start_with(&config, &[], &["-c", &yaml_arg]).await;
+    let new = upgrade(&old, &config, &yaml).await;
+    let status = old.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", old.logs());
+    // The metrics socket moved too: the new process answers on it, healthy.
+    let v: Value = client()
+        .get(format!("http://{metrics}/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["pid"], new.pid());
+    let health = client()
+        .get(format!("http://{metrics}/health"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}
