@@ -151,6 +151,38 @@ async fn an_idle_sidecar_exits_0_at_once_on_sigterm() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_request_header_still_arriving_when_sigterm_lands_is_served_then_the_connection_closes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_sim, mut proxy, metrics) = streaming_setup(2, Duration::ZERO, &[]).await;
+    let body = chat_body("fast", false);
+    let mut conn = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    conn.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: sturnus\r\n")
+        .await
+        .unwrap();
+    // The connection is accepted and its header half read before the drain starts.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.signal(Signal::SIGTERM);
+    wait_for_status(&format!("{metrics}/health"), 503).await;
+    let rest = format!(
+        "content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(rest.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut answer))
+        .await
+        .expect("the answer ends: the connection is closed after it")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    assert!(answer.contains("chat.completion"), "{answer}");
+    let status = proxy.wait_exit(Duration::from_secs(10)).await;
+    let status = status.unwrap_or_else(|| panic!("still running:\n{}", proxy.logs()));
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_stream_outlasting_the_configured_grace_period_is_cut_and_the_process_exits_0() {
     let dir = scratch_dir();
     let yaml = dir.join("pingora.yaml");
