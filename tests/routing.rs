@@ -110,7 +110,8 @@ async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_candidate_is_deprioritised_and_its_errors_reach_the_client() {
-    let (a, b, proxy) = two_candidates("").await;
+    let alpha = 0.4;
+    let (a, b, proxy) = two_candidates(&format!("[routing]\newma_alpha = {alpha}\n")).await;
     a.behaviour.set_fault(Fault::Status(500));
     let c = client();
     let mut from_a = 0;
@@ -142,10 +143,23 @@ async fn a_failing_candidate_is_deprioritised_and_its_errors_reach_the_client() 
     );
     // Exactly one provider attempt per client request: no retry, no failover.
     assert_eq!(a.request_count() + b.request_count(), 200);
-    let status = proxy.status().await;
-    let cand_a = &status["aliases"][0]["candidates"][0];
+    // Every failure fed the success EWMA (from 1.0): (1 - alpha)^failures. The outcome is
+    // recorded just after the answer is written, so the last one may land a moment later.
+    let expected = (1.0f64 - alpha).powi(from_a);
+    let mut cand_a = serde_json::Value::Null;
+    for _ in 0..100 {
+        cand_a = proxy.status().await["aliases"][0]["candidates"][0].clone();
+        if (cand_a["success_rate"].as_f64().unwrap() - expected).abs() < 1e-6 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert_eq!(cand_a["state"], "degraded");
-    assert!(cand_a["success_rate"].as_f64().unwrap() < 0.2);
+    let success = cand_a["success_rate"].as_f64().unwrap();
+    assert!(
+        (success - expected).abs() < 1e-6,
+        "success rate {success} after {from_a} failures, expected {expected}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
