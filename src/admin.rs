@@ -1,10 +1,11 @@
-//! Endpoints sturnus answers itself: `/health`, `/healthz`, `/status`, `/v1/models`.
+//! Endpoints sturnus answers itself: `/health`, `/healthz`, `/status`, `/metrics`, `/v1/models`.
 //!
 //! Answers are plain values so every listener can serve them; nothing here touches a provider.
+//! The proxy listener serves all of them; `metrics_listen` only [`METRICS_LISTENER_PATHS`].
 
 use crate::app::App;
 use crate::proxy::respond;
-use crate::routing::Mode;
+use crate::routing::{ErrorKind, Mode};
 use pingora_core::Result;
 use pingora_proxy::Session;
 use serde_json::{json, Value};
@@ -30,11 +31,19 @@ impl Answer {
     }
 }
 
+/// The paths the separate metrics listener serves (it never proxies).
+pub const METRICS_LISTENER_PATHS: [&str; 4] = ["/metrics", "/health", "/healthz", "/status"];
+
 /// The admin answer for a method and path, or `None` when the path is not an admin path.
 pub fn answer(method: &http::Method, path: &str, app: &App) -> Option<Answer> {
     let build: fn(&App) -> Answer = match path {
         "/health" | "/healthz" => |_| Answer::json(200, &json!({"status": "ok"})),
         "/status" => |app| Answer::json(200, &status(app)),
+        "/metrics" => |app| Answer {
+            status: 200,
+            content_type: crate::observe::metrics::CONTENT_TYPE,
+            body: app.metrics.render(&app.catalog),
+        },
         "/v1/models" => |app| Answer::json(200, &models(app)),
         _ => return None,
     };
@@ -75,7 +84,8 @@ pub fn models(app: &App) -> Value {
     json!({"object": "list", "data": data})
 }
 
-/// Live routing state per alias (config order) and candidate; never any secret.
+/// Live routing state per alias (config order) and candidate (config order), plus totals over
+/// every distinct candidate; never any secret.
 pub fn status(app: &App) -> Value {
     let params = &app.catalog.params;
     let aliases: Vec<Value> = app
@@ -85,6 +95,8 @@ pub fn status(app: &App) -> Value {
         .map(|alias| {
             let shares_ns = alias.shares(Mode::NonStreaming, params);
             let shares_s = alias.shares(Mode::Streaming, params);
+            let weights_ns = alias.weights(Mode::NonStreaming, params);
+            let weights_s = alias.weights(Mode::Streaming, params);
             let candidates: Vec<Value> = alias
                 .candidates
                 .iter()
@@ -107,19 +119,76 @@ pub fn status(app: &App) -> Value {
                         "streaming": per_mode(Mode::Streaming),
                         "success_rate": success,
                         "share": {"non_streaming": shares_ns[i], "streaming": shares_s[i]},
+                        "weight": {"non_streaming": weights_ns[i], "streaming": weights_s[i]},
                         "in_flight": s.inflight(),
                         "requests": s.requests(),
                         "failures": s.failures(),
+                        "client_errors": s.client_errors(),
+                        "last_error": last_error(s.last_error()),
                     })
                 })
                 .collect();
-            json!({"alias": alias.name, "candidates": candidates})
+            let (ns, st) = app.metrics.routed(&alias.name).unwrap_or((0, 0));
+            json!({
+                "alias": alias.name,
+                "routed": {"non_streaming": ns, "streaming": st},
+                "candidates": candidates,
+            })
         })
         .collect();
+    let candidates = &app.catalog.candidates;
+    let sum = |f: fn(&crate::routing::CandidateStats) -> u64| -> u64 {
+        candidates.iter().map(|c| f(&c.stats)).sum()
+    };
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "pid": std::process::id(),
         "uptime_secs": app.started.elapsed().as_secs(),
+        "totals": {
+            "requests": sum(|s| s.requests()),
+            "failures": sum(|s| s.failures()),
+            "client_errors": sum(|s| s.client_errors()),
+            "in_flight": sum(|s| s.inflight()),
+        },
+        "budget": budget(app),
         "aliases": aliases,
     })
+}
+
+/// The memory budget for request bodies: size, bytes held now, the most ever held, 429s.
+fn budget(app: &App) -> Value {
+    let b = &app.budget;
+    json!({
+        "limit_bytes": b.limit(),
+        "source": b.source(),
+        "in_use_bytes": b.in_use(),
+        "peak_bytes": b.peak(),
+        "rejections": b.rejections(),
+    })
+}
+
+/// The last error as `{"kind", "at", "at_unix_ms"}` (`at` in RFC 3339, UTC), or `null`.
+fn last_error(last: Option<(ErrorKind, u64)>) -> Value {
+    let Some((kind, ms)) = last else {
+        return Value::Null;
+    };
+    let at = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map(|t| format!("{t:.3}"));
+    json!({"kind": kind.as_str(), "at": at, "at_unix_ms": ms})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_errors_show_kind_and_time() {
+        assert_eq!(last_error(None), Value::Null);
+        let v = last_error(Some((ErrorKind::Timeout, 1_700_000_000_123)));
+        assert_eq!(v["kind"], "timeout");
+        assert_eq!(v["at"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(v["at_unix_ms"], 1_700_000_000_123u64);
+    }
 }

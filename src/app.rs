@@ -1,7 +1,9 @@
 //! The shared, immutable state of a running sturnus: config, routing table, upstream settings.
 
+use crate::budget::Budget;
 use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::observe::Metrics;
 use crate::providers::{tls, PeerSettings};
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +18,10 @@ pub struct App {
     pub peer_settings: PeerSettings,
     /// Connector for the direct path (bodies Pingora cannot replay), with its own pool.
     pub connector: pingora_core::connectors::http::Connector,
+    /// The Prometheus metrics, with every configured series pre-created.
+    pub metrics: Metrics,
+    /// The aggregate memory budget for buffered request bodies.
+    pub budget: Arc<Budget>,
     /// When this process started serving.
     pub started: Instant,
 }
@@ -25,6 +31,7 @@ impl App {
     pub fn new(config: Config) -> Result<Arc<App>, String> {
         let roots = tls::from_env()?;
         let catalog = Catalog::build(&config)?;
+        let metrics = Metrics::new(&catalog).map_err(|e| format!("metrics registry: {e}"))?;
         let peer_settings = PeerSettings {
             connect_timeout: config.routing.connect_timeout,
             read_timeout: config.routing.read_timeout,
@@ -32,8 +39,10 @@ impl App {
         };
         Ok(Arc::new(App {
             catalog,
+            metrics,
             peer_settings,
             connector: pingora_core::connectors::http::Connector::new(None),
+            budget: Budget::from_config(&config.routing),
             started: Instant::now(),
             config,
         }))

@@ -53,6 +53,11 @@ impl Alias {
         )
     }
 
+    /// Current raw routing weights of the candidates for one mode (for `/status`).
+    pub fn weights(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
+        routing::weights_for(&self.stats, mode, params)
+    }
+
     /// Current traffic shares of the candidates for one mode (for `/status` and metrics).
     pub fn shares(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
         routing::shares_for(&self.stats, mode, params)

@@ -2,6 +2,7 @@
 
 use crate::app::App;
 use crate::config::{self, Config};
+use crate::observe::{self, LogFormat};
 use clap::{Parser, Subcommand};
 use pingora::server::configuration::Opt;
 use std::path::PathBuf;
@@ -17,6 +18,16 @@ pub struct Cli {
     /// File of KEY=VALUE lines loaded into the environment (existing variables win).
     #[arg(long, global = true)]
     pub env_file: Option<PathBuf>,
+
+    /// Log format: JSON lines when stdout is not a terminal (auto), or always json / pretty.
+    #[arg(
+        long,
+        global = true,
+        env = "STURNUS_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    pub log_format: LogFormat,
 
     /// Pingora's own server flags.
     #[command(flatten)]
@@ -40,6 +51,8 @@ pub enum Command {
         #[arg(long, default_value_t = 20)]
         seconds: u64,
     },
+    /// Compare routing strategies in a deterministic simulation (see docs/routing.md).
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 /// Parses the command line and runs it; returns the process exit code.
@@ -54,7 +67,8 @@ pub fn main() -> i32 {
     match cli.command {
         Some(Command::Check) => check(&cli.config),
         Some(Command::Demo { seconds }) => crate::demo::run(seconds),
-        None | Some(Command::Serve) => serve(&cli.config, cli.pingora),
+        Some(Command::Simulate(args)) => crate::simulate::main(&args),
+        None | Some(Command::Serve) => serve(&cli.config, cli.pingora, cli.log_format),
     }
 }
 
@@ -74,17 +88,27 @@ fn check(path: &std::path::Path) -> i32 {
         return 1;
     };
     let summary = config.describe();
-    if let Err(e) = App::new(config) {
-        eprintln!("sturnus: invalid config {}:\n{e}", path.display());
-        return 1;
-    }
+    let app = match App::new(config) {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("sturnus: invalid config {}:\n{e}", path.display());
+            return 1;
+        }
+    };
     println!("{summary}");
+    println!(
+        "memory budget for request bodies: {}",
+        app.budget.describe()
+    );
+    if let Some(warning) = crate::server::listen_warning(app.config.listen) {
+        println!("warning: {warning}");
+    }
     println!("config OK");
     0
 }
 
-fn serve(path: &std::path::Path, opt: Opt) -> i32 {
-    init_logging();
+fn serve(path: &std::path::Path, opt: Opt, log_format: LogFormat) -> i32 {
+    observe::logger::init(log_format);
     let Some(config) = load(path) else {
         return 1;
     };
@@ -95,6 +119,7 @@ fn serve(path: &std::path::Path, opt: Opt) -> i32 {
             return 1;
         }
     };
+    observe::log_startup(&app.config);
     let server = match crate::server::build(opt, app) {
         Ok(server) => server,
         Err(e) => {
@@ -105,8 +130,7 @@ fn serve(path: &std::path::Path, opt: Opt) -> i32 {
     server.run_forever()
 }
 
-/// Installs the logger: info for sturnus, warn for dependencies, overridable by `RUST_LOG`.
+/// Installs the logger in its default format (see [`observe::logger`]).
 pub fn init_logging() {
-    let env = env_logger::Env::default().default_filter_or("warn,sturnus=info");
-    let _ = env_logger::Builder::from_env(env).try_init();
+    observe::logger::init(LogFormat::Auto);
 }

@@ -7,12 +7,16 @@
 pub mod admin;
 pub mod app;
 pub mod body;
+pub mod budget;
 pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod metrics_listener;
+pub mod observe;
 pub mod providers;
 pub mod proxy;
 pub mod routing;
 pub mod server;
+pub mod simulate;
 pub mod simulated;

@@ -193,3 +193,52 @@ fn pingoras_test_flag_validates_and_exits() {
     let out = sturnus(&["-t", "--config", &bad], &[]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn check_prints_the_memory_budget_and_its_source() {
+    let config = write("budget.toml", GOOD);
+    let out = sturnus(
+        &["check", "--config", &config],
+        &[("OPENAI_API_KEY", "sk-x")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("memory budget for request bodies: "))
+        .unwrap_or_else(|| panic!("no budget line: {stdout}"));
+    // Derived here: from the container limit if there is one, else from max_body_bytes.
+    assert!(
+        line.contains("half the container memory limit")
+            || line.contains("128.0 MiB (134217728 bytes), 4 × routing.max_body_bytes"),
+        "{line}"
+    );
+    let set = write(
+        "budget-set.toml",
+        &format!("{GOOD}\n[routing]\nmax_buffered_bytes = 1048576\n"),
+    );
+    let out = sturnus(&["check", "--config", &set], &[("OPENAI_API_KEY", "sk-x")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "memory budget for request bodies: 1.0 MiB (1048576 bytes), from routing.max_buffered_bytes"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("not a loopback address"), "{stdout}");
+}
+
+#[test]
+fn check_warns_about_a_non_loopback_listen() {
+    let config = write("open.toml", &GOOD.replace("127.0.0.1:4000", "0.0.0.0:4000"));
+    let out = sturnus(
+        &["check", "--config", &config],
+        &[("OPENAI_API_KEY", "sk-x")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("warning: listen = 0.0.0.0:4000 is not a loopback address"),
+        "{stdout}"
+    );
+}

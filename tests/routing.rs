@@ -254,3 +254,51 @@ async fn streaming_and_non_streaming_latencies_are_tracked_apart() {
         .any(|c| c["streaming"]["latency_ms"].is_number()));
     assert_eq!(cands[0]["in_flight"], 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_on_429_keeps_traffic_off_the_candidate_until_then() {
+    let (a, _b, proxy) = two_candidates("").await;
+    a.behaviour.set_fault(Fault::Status(429));
+    let c = client();
+    let send = || async {
+        let resp = c
+            .post(proxy.url("/v1/chat/completions"))
+            .body(chat_body("fast", false))
+            .send()
+            .await
+            .unwrap();
+        let provider = resp.headers()["x-sturnus-provider"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let retry_after = resp.headers().get("retry-after").cloned();
+        resp.bytes().await.unwrap();
+        (provider, retry_after)
+    };
+    // Until a answers once: its 429 carries `retry-after: 1`, relayed verbatim.
+    let mut limited_at = None;
+    for _ in 0..200 {
+        let (provider, retry_after) = send().await;
+        if provider == "a" {
+            assert_eq!(retry_after.unwrap(), "1");
+            limited_at = Some(std::time::Instant::now());
+            break;
+        }
+    }
+    let limited_at = limited_at.expect("a was never tried");
+    // Within the second it asked for, not even a probe goes to a.
+    let mut inside_window = 0;
+    while limited_at.elapsed() < Duration::from_millis(700) {
+        let (provider, _) = send().await;
+        if limited_at.elapsed() < Duration::from_millis(900) {
+            inside_window += 1;
+            assert_eq!(provider, "b", "a got traffic during its Retry-After");
+        }
+    }
+    assert!(
+        inside_window >= 5,
+        "only {inside_window} requests in the window"
+    );
+    let status = proxy.status().await;
+    assert_eq!(status["aliases"][0]["candidates"][0]["failures"], 1);
+}

@@ -127,6 +127,28 @@ impl Inspected {
         out
     }
 
+    /// The same output as [`Inspected::splice`] as a list of pieces that share `body`'s memory
+    /// (the original bytes around each model value, and the new model value between them), so a
+    /// large body is sent upstream without a second copy.
+    pub fn splice_parts(&self, body: &bytes::Bytes, model: &str) -> Vec<bytes::Bytes> {
+        let mut escaped = Vec::with_capacity(escaped_len(model));
+        escape_json_string(model, &mut escaped);
+        let escaped = bytes::Bytes::from(escaped);
+        let mut parts = Vec::with_capacity(self.model_spans.len() * 2 + 1);
+        let mut prev = 0;
+        for span in &self.model_spans {
+            if span.start > prev && span.start <= body.len() {
+                parts.push(body.slice(prev..span.start));
+            }
+            parts.push(escaped.clone());
+            prev = span.end.min(body.len());
+        }
+        if prev < body.len() {
+            parts.push(body.slice(prev..));
+        }
+        parts
+    }
+
     /// Byte length of [`Inspected::splice`] output without building it (for Content-Length).
     pub fn spliced_len(&self, body: &[u8], model: &str) -> usize {
         let removed: usize = self.model_spans.iter().map(|s| s.len()).sum();

@@ -263,6 +263,10 @@ proptest! {
 
         let out = ins.splice(body, &new_model);
         prop_assert_eq!(out.len(), ins.spliced_len(body, &new_model));
+        let shared = bytes::Bytes::copy_from_slice(body);
+        let parts = ins.splice_parts(&shared, &new_model);
+        prop_assert!(parts.iter().all(|p| !p.is_empty() || new_model.is_empty()));
+        prop_assert_eq!(parts.concat(), out.clone(), "splice_parts differs from splice");
         // Outside the spans bytes are identical; each inserted run decodes to the new model.
         let width = escaped_len(&new_model);
         let (mut i, mut o) = (0, 0);

@@ -1,6 +1,6 @@
 //! Reading the `[model]` table: alias name -> ordered list of (provider, model) candidates.
 
-use super::reader::{index, join, suggest, Reader};
+use super::reader::{index, join, quoted, suggest, Reader};
 use super::schema::{AliasConfig, CandidateConfig};
 use toml::Value;
 
@@ -122,9 +122,10 @@ fn read_candidate(
             None if providers.is_empty() => " (no providers are configured)".to_string(),
             None => String::new(),
         };
+        let shown = quoted(t.get("provider"), &p);
         r.problem(
             &join(path, "provider"),
-            format_args!("unknown provider {p:?}{hint}"),
+            format_args!("unknown provider {shown}{hint}"),
         );
         None
     });

@@ -36,6 +36,7 @@ pub(crate) fn describe(cfg: &Config) -> String {
         r.connect_timeout, r.read_timeout, r.header_timeout, r.body_timeout
     );
     let buffered = match r.max_buffered_bytes {
+        Some(0) => "0 (no aggregate limit)".to_string(),
         Some(n) => n.to_string(),
         None => "derived from cgroup".to_string(),
     };

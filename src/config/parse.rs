@@ -3,7 +3,7 @@
 use super::alias::read_aliases;
 use super::error::ConfigError;
 use super::provider::read_providers;
-use super::reader::Reader;
+use super::reader::{quoted, Reader};
 use super::routing::read_routing;
 use super::schema::{Config, DEFAULT_LISTEN};
 use std::net::SocketAddr;
@@ -97,7 +97,10 @@ fn read_addr(r: &mut Reader, path: &str, v: &Value, example: &str) -> Option<Soc
         Err(_) => {
             r.problem(
                 path,
-                format_args!("{s:?} is not a socket address like {example}"),
+                format_args!(
+                    "{} is not a socket address like {example}",
+                    quoted(Some(v), &s)
+                ),
             );
             None
         }

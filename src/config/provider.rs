@@ -1,7 +1,7 @@
 //! Reading `[provider.NAME]` tables: kind selection, base URL, API key and kind settings.
 
 use super::base_url::BaseUrl;
-use super::reader::{join, Reader};
+use super::reader::{join, quoted, Reader};
 use super::schema::{ProviderConfig, ProviderKind};
 use super::secret::Secret;
 use toml::{Table, Value};
@@ -219,7 +219,8 @@ fn field(
     } else if (rule.ok)(&s) {
         Some(s)
     } else {
-        r.problem(&path, format_args!("{s:?} is invalid: {}", rule.text));
+        let shown = quoted(Some(v), &s);
+        r.problem(&path, format_args!("{shown} is invalid: {}", rule.text));
         None
     }
 }

@@ -24,6 +24,15 @@ pub(crate) fn join(parent: &str, key: &str) -> String {
     }
 }
 
+/// How a string value is quoted in a problem: as read when no `${...}` was expanded in it,
+/// else as written in the file, since an expanded value may hold a secret from the environment.
+pub(crate) fn quoted(raw: Option<&Value>, expanded: &str) -> String {
+    match raw {
+        Some(Value::String(written)) if written != expanded => format!("{written:?}"),
+        _ => format!("{expanded:?}"),
+    }
+}
+
 /// Appends an array index to a key path (`model.fast[1]`).
 pub(crate) fn index(parent: &str, i: usize) -> String {
     format!("{parent}[{i}]")

@@ -99,8 +99,9 @@ pub struct RoutingConfig {
     pub read_timeout: Duration,
     /// Per-request body size cap in bytes.
     pub max_body_bytes: u64,
-    /// Aggregate buffering budget in bytes; `None` means derive it from the cgroup later.
-    /// `Some(0)` is passed through as written.
+    /// Aggregate buffering budget in bytes; `None` means derive it at startup (half the
+    /// container's memory limit, else 4 × `max_body_bytes`, see `crate::budget`).
+    /// `Some(0)` turns the aggregate limit off.
     pub max_buffered_bytes: Option<u64>,
     /// Time allowed to read the request headers.
     pub header_timeout: Duration,
@@ -111,8 +112,8 @@ pub struct RoutingConfig {
 impl Default for RoutingConfig {
     fn default() -> RoutingConfig {
         RoutingConfig {
-            ewma_alpha: 0.3,
-            exploit_k: 3.0,
+            ewma_alpha: 0.4,
+            exploit_k: 6.0,
             probe_floor: 0.01,
             error_threshold: 0.5,
             connect_timeout: Duration::from_secs(10),
@@ -135,8 +136,14 @@ mod tests {
     #[test]
     fn routing_defaults() {
         let r = RoutingConfig::default();
-        assert_eq!(r.ewma_alpha, 0.3);
-        assert_eq!(r.exploit_k, 3.0);
+        // The config defaults are the selector's defaults.
+        let p = crate::routing::RoutingParams::default();
+        assert_eq!(
+            (r.ewma_alpha, r.exploit_k, r.probe_floor, r.error_threshold),
+            (p.ewma_alpha, p.exploit_k, p.probe_floor, p.error_threshold)
+        );
+        assert_eq!(r.ewma_alpha, 0.4);
+        assert_eq!(r.exploit_k, 6.0);
         assert_eq!(r.probe_floor, 0.01);
         assert_eq!(r.error_threshold, 0.5);
         assert_eq!(r.connect_timeout, Duration::from_secs(10));

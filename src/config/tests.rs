@@ -275,7 +275,8 @@ fn keys_and_comments_are_never_expanded() {
         e.problems,
         vec![
             "provider.\"${IN_KEY}\": provider name must match [A-Za-z0-9_.-]+ (it is used in headers and metric labels)",
-            "model.fast[0].provider: unknown provider \"expanded\"",
+            // The value was expanded (looked up above); a problem quotes it as written.
+            "model.fast[0].provider: unknown provider \"${IN_KEY}\"",
         ]
     );
 }
@@ -348,7 +349,7 @@ fn describe_summarises_the_config() {
         "aliases (2):",
         "  fast:\n    1. groq / llama-3.3-70b-versatile\n    2. openai / gpt-4o-mini",
         "timeouts: connect 10s, read 60s, header 10s, body 500ms",
-        "limits: max_body_bytes 33554432, max_buffered_bytes 0",
+        "limits: max_body_bytes 33554432, max_buffered_bytes 0 (no aggregate limit)",
     ] {
         assert!(s.contains(expected), "missing {expected:?} in:\n{s}");
     }
@@ -380,4 +381,24 @@ fn load_reads_a_file_and_names_missing_paths() {
     let cfg = Config::load(&path);
     std::fs::remove_file(&path).unwrap();
     assert_eq!(cfg.unwrap().aliases[0].name, "fast");
+}
+
+#[test]
+fn values_expanded_from_the_environment_are_quoted_as_written_in_problems() {
+    let text =
+        "listen = \"${OPENAI_API_KEY}\"\n[provider.p]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                [model]\nfast = [{ provider = \"${GEMINI_API_KEY}\", model = \"m\" }]\n";
+    let e = Config::parse(text, &env).unwrap_err();
+    let all = e.problems.join("\n");
+    for secret in SECRETS {
+        assert!(!all.contains(secret), "{all}");
+    }
+    assert!(
+        all.contains("listen: \"${OPENAI_API_KEY}\" is not a socket address"),
+        "{all}"
+    );
+    assert!(
+        all.contains("unknown provider \"${GEMINI_API_KEY}\""),
+        "{all}"
+    );
 }

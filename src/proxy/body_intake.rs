@@ -6,49 +6,156 @@
 //! (64 KiB) are replayed by Pingora into `request_body_filter`, where the spliced bytes are
 //! swapped in. Larger bodies cannot be replayed and take the direct path (`direct.rs`). When a
 //! Pingora release offers `early_request_body_filter`/`set_buffered_body`, only this file changes.
+//!
+//! Reading is bounded three ways: the per-request cap `routing.max_body_bytes` (413), the
+//! aggregate memory budget (memory is reserved before it is used: the whole `Content-Length`
+//! up front, or each growth of the buffer of a chunked upload; 429, or 413 when a body can
+//! never fit), and `routing.body_timeout_secs` for the whole body (408).
 
 use super::errors::ApiError;
-use bytes::{Bytes, BytesMut};
-use pingora_core::Result;
+use crate::budget::{Budget, Refusal as BudgetRefusal, Reservation};
+use bytes::Bytes;
+use pingora_core::{ErrorType, Result};
 use pingora_proxy::Session;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// First buffer size for a chunked upload (it doubles from there, up to the cap).
+const FIRST_CHUNKED_CAPACITY: usize = 16 * 1024;
 
 /// A request body read in full, and whether Pingora can replay it upstream by itself.
+#[derive(Debug)]
 pub struct WholeBody {
     /// The bytes exactly as the client sent them (chunked encoding removed).
     pub bytes: Bytes,
     /// True when Pingora's retry buffer holds the whole body, so the normal proxy path works.
     pub replayable: bool,
+    /// The memory budget held for the body; dropping it gives the bytes back.
+    pub reservation: Reservation,
 }
 
-/// Reads the whole request body, refusing bodies larger than `cap` bytes before buffering them.
+/// Why a body was not read, and how to answer.
+#[derive(Debug)]
+pub struct Refused {
+    /// The answer.
+    pub error: ApiError,
+    /// `Retry-After` seconds, for 429.
+    pub retry_after: Option<u64>,
+}
+
+impl From<ApiError> for Refused {
+    fn from(error: ApiError) -> Self {
+        Refused {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+/// The limits a body is read under.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// Per-request cap in bytes (`routing.max_body_bytes`).
+    pub cap: u64,
+    /// Time allowed for the whole body (`routing.body_timeout_secs`).
+    pub timeout: Duration,
+}
+
+/// Reads the whole request body within `limits`, reserving its memory from `budget` first.
+/// `Err` is a transport failure (the client went away); `Ok(Err)` is an answer to send.
 pub async fn read_whole(
     session: &mut Session,
-    cap: u64,
-) -> Result<std::result::Result<WholeBody, ApiError>> {
+    limits: BodyLimits,
+    budget: &Arc<Budget>,
+) -> Result<std::result::Result<WholeBody, Refused>> {
     let declared = session
         .req_header()
         .headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|len| len > cap) {
-        return Ok(Err(ApiError::body_too_large(cap)));
+    if declared.is_some_and(|len| len > limits.cap) {
+        return Ok(Err(ApiError::body_too_large(limits.cap).into()));
     }
+    let mut reservation = match budget.reserve(declared.unwrap_or(0)) {
+        Ok(r) => r,
+        Err(refusal) => return Ok(Err(refused(refusal))),
+    };
     if expects_continue(session) {
         session.write_continue_response().await?;
     }
     session.enable_retry_buffering();
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(cap) as usize);
-    while let Some(chunk) = session.read_request_body().await? {
-        if (buf.len() + chunk.len()) as u64 > cap {
-            return Ok(Err(ApiError::body_too_large(cap)));
+    session.set_read_timeout(Some(limits.timeout));
+    let mut buf: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    let deadline = tokio::time::Instant::now() + limits.timeout;
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, session.read_request_body()).await {
+            Err(_) => return Ok(Err(ApiError::request_timeout("body", limits.timeout).into())),
+            Ok(Err(e)) if matches!(e.etype(), ErrorType::ReadTimedout) => {
+                return Ok(Err(ApiError::request_timeout("body", limits.timeout).into()))
+            }
+            Ok(Err(e)) if malformed(e.etype()) => {
+                let why = format!("invalid request body framing ({})", e.etype().as_str());
+                return Ok(Err(ApiError::malformed_http(&why).into()));
+            }
+            // The client went away: nobody to answer.
+            Ok(Err(e)) => return Err(e.into_down()),
+            Ok(Ok(chunk)) => chunk,
+        };
+        let Some(chunk) = chunk else { break };
+        let needed = buf.len() + chunk.len();
+        if needed as u64 > limits.cap {
+            return Ok(Err(ApiError::body_too_large(limits.cap).into()));
+        }
+        if needed > buf.capacity() {
+            let grown = grown_capacity(buf.capacity(), needed, limits.cap);
+            if let Err(refusal) = reservation.grow_to(grown as u64) {
+                return Ok(Err(refused(refusal)));
+            }
+            buf.reserve_exact(grown - buf.len());
         }
         buf.extend_from_slice(&chunk);
     }
     Ok(Ok(WholeBody {
-        bytes: buf.freeze(),
+        bytes: Bytes::from(buf),
         replayable: !session.as_ref().retry_buffer_truncated(),
+        reservation,
     }))
+}
+
+/// The next buffer capacity for a chunked upload that needs `needed` bytes: doubling (so
+/// copies stay linear), never beyond the cap.
+fn grown_capacity(current: usize, needed: usize, cap: u64) -> usize {
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    current
+        .saturating_mul(2)
+        .max(FIRST_CHUNKED_CAPACITY)
+        .max(needed)
+        .min(cap.max(needed))
+}
+
+/// Whether a body read error means the client sent broken framing (rather than went away).
+fn malformed(etype: &ErrorType) -> bool {
+    match etype {
+        ErrorType::InvalidHTTPHeader => true,
+        ErrorType::Custom(name) => matches!(*name, "InvalidChunk" | "InvalidTrailerEnd"),
+        _ => false,
+    }
+}
+
+/// The answer for a budget refusal: 413 when the body can never fit, 429 when it may later.
+fn refused(refusal: BudgetRefusal) -> Refused {
+    match refusal {
+        BudgetRefusal::TooLarge { limit } => ApiError::body_exceeds_budget(limit).into(),
+        BudgetRefusal::Busy {
+            retry_after_secs,
+            in_use,
+            limit,
+        } => Refused {
+            error: ApiError::budget_busy(retry_after_secs, in_use, limit),
+            retry_after: Some(retry_after_secs),
+        },
+    }
 }
 
 /// Swaps Pingora's replay of the original body for the spliced one (from `request_body_filter`).
@@ -66,4 +173,35 @@ fn expects_continue(session: &Session) -> bool {
         .headers
         .get(http::header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_buffers_double_within_the_cap() {
+        assert_eq!(grown_capacity(0, 10, 1 << 20), FIRST_CHUNKED_CAPACITY);
+        assert_eq!(grown_capacity(16_384, 16_385, 1 << 20), 32_768);
+        assert_eq!(grown_capacity(16_384, 100_000, 1 << 20), 100_000);
+        assert_eq!(grown_capacity(600_000, 600_001, 1 << 20), 1 << 20);
+        assert_eq!(grown_capacity(0, 10, 12), 12);
+    }
+
+    #[test]
+    fn budget_refusals_map_to_413_and_429() {
+        let r = refused(BudgetRefusal::TooLarge { limit: 5 });
+        assert_eq!((r.error.status, r.retry_after), (413, None));
+        let r = refused(BudgetRefusal::Busy {
+            retry_after_secs: 3,
+            in_use: 9,
+            limit: 10,
+        });
+        assert_eq!((r.error.status, r.retry_after), (429, Some(3)));
+        assert!(
+            r.error.message.contains("retry in 3 s"),
+            "{}",
+            r.error.message
+        );
+    }
 }

@@ -1,8 +1,12 @@
 //! The per-request state: the only state a request carries between Pingora's hooks.
 
+use crate::budget::Reservation;
 use crate::catalog::Candidate;
-use crate::routing::{ErrorKind, Mode, OwnedInflightGuard};
+use crate::observe::trace::{self, TraceContext};
+use crate::observe::Tracked;
+use crate::routing::{ErrorKind, Mode, OwnedInflightGuard, WaitGuard};
 use bytes::Bytes;
+use pingora::http::RequestHeader;
 use pingora_core::upstreams::peer::HttpPeer;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +25,8 @@ pub struct Route {
     pub body_len: usize,
     /// Counts the request as in flight for the candidate until the context drops.
     pub inflight: OwnedInflightGuard,
+    /// The request's metric series (in flight until the context drops).
+    pub metrics: Tracked,
 }
 
 /// State of one request across the proxy hooks.
@@ -35,8 +41,19 @@ pub struct RequestCtx {
     pub spliced: Option<Bytes>,
     /// When the request header went upstream (start of the TTFC measurement).
     pub sent_at: Option<Instant>,
+    /// Counts the request as waiting for its first chunk (its age raises the candidate's
+    /// effective latency while it waits); dropped at the first chunk or the end.
+    pub wait: Option<WaitGuard>,
     /// When the first response body chunk arrived.
     pub first_chunk_at: Option<Instant>,
+    /// When the last response body byte was relayed.
+    pub last_chunk_at: Option<Instant>,
+    /// The request's id, echoed as `x-request-id` and logged.
+    pub request_id: String,
+    /// The request's trace context (sturnus's span in the caller's trace, or a new trace).
+    pub trace: TraceContext,
+    /// The provider's own `x-request-id`, when it sent a loggable one.
+    pub upstream_request_id: Option<String>,
     /// The provider's response status, once seen.
     pub status: Option<u16>,
     /// A transport failure already classified (direct path, credentials, DNS).
@@ -45,6 +62,9 @@ pub struct RequestCtx {
     pub response_bytes: u64,
     /// Request body bytes received from the client.
     pub request_bytes: u64,
+    /// The memory budget held for the request body, until the provider has it (or the
+    /// request ends any other way: dropping the context gives it back).
+    pub reservation: Option<Reservation>,
 }
 
 impl RequestCtx {
@@ -56,12 +76,35 @@ impl RequestCtx {
             peer: None,
             spliced: None,
             sent_at: None,
+            wait: None,
             first_chunk_at: None,
+            last_chunk_at: None,
+            request_id: trace::new_request_id(),
+            trace: TraceContext::new_root(),
+            upstream_request_id: None,
             status: None,
             failure: None,
             response_bytes: 0,
             request_bytes: 0,
+            reservation: None,
         }
+    }
+}
+
+impl RequestCtx {
+    /// Takes the request's identity from its headers: the client's `x-request-id` (when safe)
+    /// or a new one, written back so every answer and the provider see the same id; and the
+    /// caller's trace context, or a new trace.
+    pub fn identify(&mut self, req: &mut RequestHeader) {
+        let client_id = req.headers.get(trace::REQUEST_ID).map(|v| v.as_bytes());
+        self.request_id = trace::request_id(client_id);
+        let _ = req.insert_header(trace::REQUEST_ID, self.request_id.as_str());
+        self.trace = TraceContext::from_headers(
+            req.headers
+                .get_all(trace::TRACEPARENT)
+                .iter()
+                .map(|v| v.as_bytes()),
+        );
     }
 }
 

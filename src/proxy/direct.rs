@@ -19,17 +19,22 @@ pub async fn forward(
     session: &mut Session,
     app: &App,
     ctx: &mut RequestCtx,
-    body: Bytes,
+    body: Vec<Bytes>,
     peer: Box<HttpPeer>,
 ) -> Result<()> {
+    let body_len = body.iter().map(Bytes::len).sum();
     let Some(route) = &ctx.route else {
         return Error::e_explain(ErrorType::InternalError, "direct path without a route");
     };
     let mut req = session.req_header().clone();
     let provider = &route.candidate.provider;
-    if let Err(why) =
-        upstream_request::prepare(&mut req, provider, &route.path_and_query, body.len())
-    {
+    if let Err(why) = upstream_request::prepare(
+        &mut req,
+        provider,
+        &route.path_and_query,
+        body_len,
+        &ctx.trace,
+    ) {
         ctx.failure = Some(crate::routing::ErrorKind::Auth);
         return Error::e_explain(ErrorType::HTTPStatus(503), why.0);
     }
@@ -44,11 +49,19 @@ pub async fn forward(
     relay::request_sent(ctx);
     let sent = async {
         upstream.write_request_header(Box::new(req)).await?;
-        upstream.write_request_body(body, true).await?;
-        upstream.finish_request_body().await?;
-        upstream.read_response_header().await
+        let last = body.len().saturating_sub(1);
+        for (i, part) in body.into_iter().enumerate() {
+            upstream.write_request_body(part, i == last).await?;
+        }
+        upstream.finish_request_body().await
     };
     sent.await.map_err(|e| e.into_up())?;
+    // The provider has the body: its memory goes back to the budget now, not at the end.
+    ctx.reservation = None;
+    upstream
+        .read_response_header()
+        .await
+        .map_err(|e| e.into_up())?;
     let mut response = match upstream.response_header() {
         Some(h) => h.clone(),
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),

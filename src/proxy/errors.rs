@@ -94,6 +94,72 @@ impl ApiError {
         }
     }
 
+    /// 413: the request body alone is larger than the whole memory budget.
+    pub fn body_exceeds_budget(limit: u64) -> Self {
+        ApiError {
+            code: Some("request_too_large"),
+            ..Self::new(
+                413,
+                "invalid_request_error",
+                format!(
+                    "Request body exceeds sturnus's whole memory budget for request bodies \
+                     ({limit} bytes, routing.max_buffered_bytes)"
+                ),
+            )
+        }
+    }
+
+    /// 429: the memory budget is busy with other request bodies; retry after a few seconds.
+    pub fn budget_busy(retry_after_secs: u64, in_use: u64, limit: u64) -> Self {
+        ApiError {
+            code: Some("memory_budget_exhausted"),
+            ..Self::new(
+                429,
+                "rate_limit_error",
+                format!(
+                    "sturnus is holding too many request bodies right now ({in_use} of \
+                     {limit} bytes buffered); retry in {retry_after_secs} s"
+                ),
+            )
+        }
+    }
+
+    /// 408: the client took longer than allowed to send its request header or body.
+    pub fn request_timeout(what: &str, limit: std::time::Duration) -> Self {
+        ApiError {
+            code: Some("request_timeout"),
+            ..Self::new(
+                408,
+                "invalid_request_error",
+                format!("The request {what} was not received within {limit:?}"),
+            )
+        }
+    }
+
+    /// 400: the bytes received are not a well-formed HTTP/1.1 request.
+    pub fn malformed_http(why: &str) -> Self {
+        ApiError {
+            code: Some("malformed_request"),
+            ..Self::new(
+                400,
+                "invalid_request_error",
+                format!("Malformed HTTP request: {why}"),
+            )
+        }
+    }
+
+    /// 431: the request header is larger than sturnus accepts (`detail` names the limit).
+    pub fn headers_too_large(detail: &str) -> Self {
+        ApiError {
+            code: Some("request_header_fields_too_large"),
+            ..Self::new(
+                431,
+                "invalid_request_error",
+                format!("Request header too large: {detail}"),
+            )
+        }
+    }
+
     /// 503: the provider's credential cannot authorize requests right now.
     pub fn credential_unavailable(provider: &str, why: &str) -> Self {
         ApiError {

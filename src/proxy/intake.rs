@@ -1,6 +1,6 @@
 //! From an incoming request to a routing decision: path check, body, alias, candidate, splice.
 
-use super::body_intake;
+use super::body_intake::{self, BodyLimits};
 use super::ctx::{RequestCtx, Route};
 use super::errors::ApiError;
 use super::respond;
@@ -26,8 +26,8 @@ pub enum Admission {
     Proxy,
     /// Routed, body too large for Pingora to replay: forward it on the direct path.
     Direct {
-        /// The spliced body.
-        body: Bytes,
+        /// The spliced body, as pieces sharing the received body's memory.
+        body: Vec<Bytes>,
         /// The chosen provider's peer.
         peer: Box<HttpPeer>,
     },
@@ -39,6 +39,12 @@ pub enum Admission {
 pub fn routed_suffix(path: &str) -> Option<&'static str> {
     let rest = path.strip_prefix("/v1")?;
     ROUTED.iter().copied().find(|s| *s == rest)
+}
+
+/// Validates a request body: its model and stream flag, or the 400 answer for anything that is
+/// not a JSON object with a string `model`.
+pub fn inspect_body(bytes: &[u8]) -> std::result::Result<body::Inspected, ApiError> {
+    body::inspect(bytes).map_err(|e| ApiError::invalid_request(e.to_string(), e.param()))
 }
 
 /// Validates and routes one request; writes the error answer itself when it cannot be routed.
@@ -56,19 +62,25 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         return Ok(Admission::Answered);
     }
 
-    let whole = match body_intake::read_whole(session, app.config.routing.max_body_bytes).await? {
+    let limits = BodyLimits {
+        cap: app.config.routing.max_body_bytes,
+        timeout: app.config.routing.body_timeout,
+    };
+    let whole = match body_intake::read_whole(session, limits, &app.budget).await? {
         Ok(whole) => whole,
-        Err(err) => {
-            session.set_keepalive(None);
-            respond::error(session, &err, true).await?;
+        Err(refused) => {
+            if refused.error.status == 429 {
+                app.metrics.buffer_rejected();
+            }
+            respond::refuse(session, &refused.error, refused.retry_after).await?;
             return Ok(Admission::Answered);
         }
     };
     ctx.request_bytes = whole.bytes.len() as u64;
-    let inspected = match body::inspect(&whole.bytes) {
+    ctx.reservation = Some(whole.reservation);
+    let inspected = match inspect_body(&whole.bytes) {
         Ok(inspected) => inspected,
-        Err(e) => {
-            let err = ApiError::invalid_request(e.to_string(), e.param());
+        Err(err) => {
             respond::error(session, &err, true).await?;
             return Ok(Admission::Answered);
         }
@@ -86,7 +98,8 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         .and_then(|v| v.to_str().ok());
     let choice = alias.choose(mode, pin, &app.catalog.params);
     let candidate = alias.candidates[choice.index].clone();
-    let spliced = Bytes::from(inspected.splice(&whole.bytes, &candidate.model));
+    let spliced = inspected.splice_parts(&whole.bytes, &candidate.model);
+    let spliced_len = spliced.iter().map(Bytes::len).sum();
     let provider = candidate.provider.clone();
     let path_and_query = provider.endpoint.path_and_query(
         suffix,
@@ -95,11 +108,12 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     );
     ctx.route = Some(Route {
         alias: alias.name.clone(),
+        metrics: app.metrics.track(&alias.name, choice.index, mode),
         inflight: candidate.stats.begin_owned(),
         candidate,
         mode,
         path_and_query,
-        body_len: spliced.len(),
+        body_len: spliced_len,
     });
 
     if let Err(why) = provider.credential_ready().await {
@@ -118,7 +132,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         }
     };
     if whole.replayable {
-        ctx.spliced = Some(spliced);
+        ctx.spliced = Some(Bytes::from(spliced.concat()));
         ctx.peer = Some(peer);
         Ok(Admission::Proxy)
     } else {
@@ -132,6 +146,46 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Checks the answer for one body: a 400 in OpenAI's shape, or a body serde_json agrees
+    /// is an object with a string `model`.
+    fn check(bytes: &[u8]) -> std::result::Result<(), TestCaseError> {
+        match inspect_body(bytes) {
+            Err(err) => {
+                prop_assert_eq!(err.status, 400);
+                prop_assert_eq!(err.kind, "invalid_request_error");
+                let v: serde_json::Value = serde_json::from_slice(&err.to_json())
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert!(!v["error"]["message"].as_str().unwrap_or("").is_empty());
+            }
+            Ok(ins) => {
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
+                    prop_assert_eq!(v["model"].as_str(), Some(ins.model.as_str()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_get_a_400(
+            bytes in prop::collection::vec(any::<u8>(), 0..512)
+        ) {
+            check(&bytes)?;
+        }
+
+        #[test]
+        fn arbitrary_bytes_after_a_model_key_never_panic_and_get_a_400(
+            tail in prop::collection::vec(any::<u8>(), 0..128)
+        ) {
+            let bytes = [&b"{\"model\":"[..], &tail].concat();
+            check(&bytes)?;
+        }
+    }
 
     #[test]
     fn only_the_four_openai_endpoints_are_routed() {

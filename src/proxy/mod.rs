@@ -6,6 +6,7 @@ pub mod ctx;
 mod direct;
 pub mod errors;
 mod failure;
+pub mod header_guard;
 pub mod intake;
 pub mod relay;
 pub mod respond;
@@ -46,6 +47,7 @@ impl ProxyHttp for Sturnus {
 
     /// Admin endpoints, then validation and routing; large bodies are forwarded right here.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        ctx.identify(session.req_header_mut());
         if admin::serve(session, &self.app).await? {
             return Ok(true);
         }
@@ -66,7 +68,7 @@ impl ProxyHttp for Sturnus {
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream chosen"))
     }
 
-    /// Provider path, `Host`, auth and `Content-Length`; starts the TTFC clock.
+    /// Provider path, `Host`, auth, `Content-Length` and `traceparent`; starts the TTFC clock.
     async fn upstream_request_filter(
         &self,
         _: &mut Session,
@@ -75,8 +77,17 @@ impl ProxyHttp for Sturnus {
     ) -> Result<()> {
         if let Some(route) = &ctx.route {
             let provider = &route.candidate.provider;
-            upstream_request::prepare(req, provider, &route.path_and_query, route.body_len)
-                .map_err(|why| Error::explain(ErrorType::HTTPStatus(503), why.0))?;
+            let prepared = upstream_request::prepare(
+                req,
+                provider,
+                &route.path_and_query,
+                route.body_len,
+                &ctx.trace,
+            );
+            if let Err(why) = prepared {
+                ctx.failure = Some(crate::routing::ErrorKind::Auth);
+                return Err(Error::explain(ErrorType::HTTPStatus(503), why.0));
+            }
         }
         relay::request_sent(ctx);
         Ok(())
@@ -94,7 +105,7 @@ impl ProxyHttp for Sturnus {
         Ok(())
     }
 
-    /// Adds `x-session-affinity` and `x-sturnus-provider`; notes the status.
+    /// Adds `x-session-affinity`, `x-sturnus-provider` and `x-request-id`; notes the status.
     async fn response_filter(
         &self,
         _: &mut Session,
@@ -102,6 +113,9 @@ impl ProxyHttp for Sturnus {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         relay::response_header(resp, ctx);
+        // The provider answered, so Pingora will not resend the body: give its memory back.
+        ctx.reservation = None;
+        ctx.spliced = None;
         Ok(())
     }
 
@@ -156,8 +170,8 @@ impl ProxyHttp for Sturnus {
         failure::respond(session, e, ctx).await
     }
 
-    /// Feeds the outcome into the candidate's success rate.
-    async fn logging(&self, _: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
-        relay::finish(ctx, e, &self.app.catalog.params);
+    /// Feeds the outcome into the candidate's success rate, the metrics and the access log.
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        relay::finish(session, ctx, e, &self.app);
     }
 }

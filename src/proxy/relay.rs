@@ -1,12 +1,17 @@
-//! The provider's response on its way back: sturnus headers, TTFC timing, outcome accounting.
+//! The provider's response on its way back: sturnus headers, TTFC timing, outcome accounting,
+//! metrics and the access log.
 //!
 //! Shared by the Pingora hooks and the direct path, so both measure and label identically.
 
 use super::ctx::RequestCtx;
 use super::errors;
-use crate::routing::{ErrorKind, Outcome, RoutingParams};
+use crate::app::App;
+use crate::observe::access_log::{millis, AccessRecord, Verdict};
+use crate::observe::trace;
+use crate::routing::{unix_us, ErrorKind, Outcome, RoutingParams};
 use pingora::http::ResponseHeader;
-use pingora_core::Error;
+use pingora_core::{Error, ErrorSource};
+use pingora_proxy::Session;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Response header naming the candidate, to send back for session affinity.
@@ -14,44 +19,146 @@ pub const AFFINITY_HEADER: &str = "x-session-affinity";
 /// Response header naming the provider that served the request.
 pub const PROVIDER_HEADER: &str = "x-sturnus-provider";
 
-/// Marks the moment the request went upstream (start of time-to-first-chunk).
+/// Longest `Retry-After` honoured, so one odd header cannot bench a candidate for hours.
+const MAX_RETRY_AFTER_SECS: u64 = 300;
+
+/// Marks the moment the request went upstream (start of time-to-first-chunk) and counts it as
+/// waiting for its first chunk.
 pub fn request_sent(ctx: &mut RequestCtx) {
     ctx.sent_at = Some(Instant::now());
+    if let Some(route) = &ctx.route {
+        ctx.wait = Some(route.candidate.stats.begin_wait(route.mode, unix_us()));
+    }
 }
 
-/// Notes the provider's status and adds the sturnus headers to its response.
+/// A 429 or 503 with `Retry-After: <seconds>` keeps traffic off the candidate until then.
+fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
+    let status = resp.status.as_u16();
+    if status != 429 && status != 503 {
+        return;
+    }
+    let Some(route) = &ctx.route else {
+        return;
+    };
+    let seconds = resp
+        .headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(seconds) = seconds {
+        let seconds = seconds.min(MAX_RETRY_AFTER_SECS);
+        route
+            .candidate
+            .stats
+            .back_off_until(unix_us() + seconds * 1_000_000);
+    }
+}
+
+/// Notes the provider's status and adds the sturnus headers to its response. The provider's
+/// own `x-request-id` moves to `x-upstream-request-id`; `x-request-id` is sturnus's.
 pub fn response_header(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
     ctx.status = Some(resp.status.as_u16());
+    honour_retry_after(resp, ctx);
     if let Some(route) = &ctx.route {
         let _ = resp.insert_header(AFFINITY_HEADER, route.candidate.affinity.as_str());
         let _ = resp.insert_header(PROVIDER_HEADER, route.candidate.provider.name.as_str());
     }
+    if let Some(theirs) = resp.headers.get(trace::REQUEST_ID).cloned() {
+        if theirs.as_bytes() != ctx.request_id.as_bytes() {
+            if trace::is_safe_id(theirs.as_bytes()) {
+                ctx.upstream_request_id = Some(String::from_utf8_lossy(theirs.as_bytes()).into());
+            }
+            let _ = resp.insert_header(trace::UPSTREAM_REQUEST_ID, theirs);
+        }
+    }
+    let _ = resp.insert_header(trace::REQUEST_ID, ctx.request_id.as_str());
 }
 
 /// Accounts one response body chunk; the first one (or the end of an empty body) is the TTFC.
 pub fn body_chunk(len: usize, end_of_stream: bool, ctx: &mut RequestCtx, params: &RoutingParams) {
     ctx.response_bytes += len as u64;
+    let now = Instant::now();
+    if end_of_stream && ctx.last_chunk_at.is_none() {
+        ctx.last_chunk_at = Some(now);
+    }
     if ctx.first_chunk_at.is_some() || (len == 0 && !end_of_stream) {
         return;
     }
-    let now = Instant::now();
     ctx.first_chunk_at = Some(now);
+    ctx.wait = None;
     if let (Some(route), Some(sent)) = (&ctx.route, ctx.sent_at) {
-        let micros = now.duration_since(sent).as_secs_f64() * 1e6;
+        let seconds = now.duration_since(sent).as_secs_f64();
         route
             .candidate
             .stats
-            .record_latency(route.mode, micros, params.ewma_alpha);
+            .record_latency(route.mode, seconds * 1e6, params.ewma_alpha);
+        route.metrics.first_chunk(seconds);
     }
 }
 
-/// Feeds the request's outcome into the candidate's success rate, once, at the end.
-pub fn finish(ctx: &mut RequestCtx, error: Option<&Error>, params: &RoutingParams) {
+/// Ends a request: its outcome goes into the candidate's success rate and the metrics, once,
+/// and its access line is written.
+pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, app: &App) {
+    let failure = ctx.failure.or_else(|| error.and_then(errors::classify));
+    record_outcome(ctx, failure, &app.catalog.params);
+    record_metrics(ctx, failure, error);
+    let header = session.req_header();
+    let status = session
+        .response_written()
+        .map(|h| h.status.as_u16())
+        .or(ctx.status);
+    let route = ctx.route.as_ref();
+    let verdict = match (failure, status) {
+        (Some(_), _) => Verdict::Failure,
+        _ if error.is_some_and(|e| e.esource() == &ErrorSource::Downstream) => Verdict::ClientError,
+        (None, Some(status)) => verdict_of(status),
+        (None, None) if error.is_some() => Verdict::Failure,
+        (None, None) => Verdict::ClientError,
+    };
+    AccessRecord {
+        request_id: &ctx.request_id,
+        trace_id: ctx.trace.trace_id_hex(),
+        span_id: ctx.trace.span_id_hex(),
+        parent_span_id: ctx.trace.parent_id_hex(),
+        method: header.method.as_str(),
+        path: header.uri.path(),
+        alias: route.map(|r| r.alias.as_str()),
+        provider: route.map(|r| r.candidate.provider.name.as_str()),
+        model: route.map(|r| r.candidate.model.as_str()),
+        stream: route.map(|r| r.mode == crate::routing::Mode::Streaming),
+        status,
+        outcome: verdict,
+        error_kind: failure.map(ErrorKind::as_str),
+        ttfc_ms: elapsed(ctx.sent_at, ctx.first_chunk_at).map(millis),
+        duration_ms: millis(ctx.received.elapsed().as_secs_f64()),
+        request_bytes: ctx.request_bytes.max(session.body_bytes_read() as u64),
+        response_bytes: ctx.response_bytes.max(session.body_bytes_sent() as u64),
+        upstream_request_id: ctx.upstream_request_id.as_deref(),
+    }
+    .log();
+}
+
+/// The access-log verdict for the status the client received.
+fn verdict_of(status: u16) -> Verdict {
+    match Outcome::from_status(status) {
+        _ if (100..400).contains(&status) => Verdict::Success,
+        Outcome::Success => Verdict::Success,
+        Outcome::Failure => Verdict::Failure,
+        Outcome::ClientError => Verdict::ClientError,
+    }
+}
+
+/// Seconds from `from` to `to`, when both happened.
+fn elapsed(from: Option<Instant>, to: Option<Instant>) -> Option<f64> {
+    Some(to?.checked_duration_since(from?)?.as_secs_f64())
+}
+
+/// Feeds the request's outcome into the candidate's success rate.
+fn record_outcome(ctx: &RequestCtx, failure: Option<ErrorKind>, params: &RoutingParams) {
     let Some(route) = &ctx.route else {
         return;
     };
     let stats = &route.candidate.stats;
-    let failure = ctx.failure.or_else(|| error.and_then(errors::classify));
     if let Some(kind) = failure {
         stats.record_failure(kind, unix_ms(), params.ewma_alpha);
         return;
@@ -71,9 +178,80 @@ pub fn finish(ctx: &mut RequestCtx, error: Option<&Error>, params: &RoutingParam
     }
 }
 
+/// A relayed provider response counts in `sturnus_requests_total` (and, when it completed, in
+/// the latency histogram); a failure with no provider response counts in `sturnus_errors_total`.
+fn record_metrics(ctx: &RequestCtx, failure: Option<ErrorKind>, error: Option<&Error>) {
+    let Some(route) = &ctx.route else {
+        return;
+    };
+    match ctx.status {
+        Some(status) => {
+            let completed = failure.is_none() && error.is_none();
+            let latency = completed
+                .then(|| {
+                    elapsed(
+                        ctx.sent_at,
+                        Some(ctx.last_chunk_at.unwrap_or_else(Instant::now)),
+                    )
+                })
+                .flatten();
+            route.metrics.response(status, latency);
+        }
+        None => {
+            if let Some(kind) = failure {
+                route.metrics.transport_error(kind);
+            }
+        }
+    }
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sturnus_owns_x_request_id_and_keeps_the_providers_aside() {
+        let mut ctx = RequestCtx::new();
+        ctx.request_id = "ours".into();
+        let mut resp = ResponseHeader::build(200, None).unwrap();
+        resp.insert_header("x-request-id", "req_provider123")
+            .unwrap();
+        response_header(&mut resp, &mut ctx);
+        assert_eq!(resp.headers["x-request-id"], "ours");
+        assert_eq!(resp.headers["x-upstream-request-id"], "req_provider123");
+        assert_eq!(ctx.upstream_request_id.as_deref(), Some("req_provider123"));
+        assert_eq!(ctx.status, Some(200));
+
+        let mut ctx = RequestCtx::new();
+        let mut resp = ResponseHeader::build(502, None).unwrap();
+        resp.insert_header("x-request-id", "not loggable\t")
+            .unwrap();
+        response_header(&mut resp, &mut ctx);
+        assert_eq!(resp.headers["x-request-id"], ctx.request_id.as_str());
+        assert_eq!(resp.headers["x-upstream-request-id"], "not loggable\t");
+        assert_eq!(ctx.upstream_request_id, None);
+
+        let mut ctx = RequestCtx::new();
+        let mut resp = ResponseHeader::build(200, None).unwrap();
+        response_header(&mut resp, &mut ctx);
+        assert!(resp.headers.get("x-upstream-request-id").is_none());
+    }
+
+    #[test]
+    fn verdicts_follow_the_routing_outcome_classes() {
+        assert_eq!(verdict_of(200), Verdict::Success);
+        assert_eq!(verdict_of(304), Verdict::Success);
+        assert_eq!(verdict_of(400), Verdict::ClientError);
+        assert_eq!(verdict_of(404), Verdict::ClientError);
+        assert_eq!(verdict_of(429), Verdict::Failure);
+        assert_eq!(verdict_of(401), Verdict::Failure);
+        assert_eq!(verdict_of(502), Verdict::Failure);
+    }
 }

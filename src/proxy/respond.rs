@@ -1,12 +1,14 @@
 //! Writing answers that sturnus produces itself (errors, admin JSON) to the client.
 
 use super::errors::ApiError;
+use crate::observe::trace::REQUEST_ID;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora_core::Result;
 use pingora_proxy::Session;
 
-/// Writes a complete response with the given content type and body.
+/// Writes a complete response with the given content type and body, echoing the request's
+/// `x-request-id` (set on the request header when the request came in).
 pub async fn send(
     session: &mut Session,
     status: u16,
@@ -14,9 +16,12 @@ pub async fn send(
     body: Vec<u8>,
     extra_headers: &[(&'static str, String)],
 ) -> Result<()> {
-    let mut header = ResponseHeader::build(status, Some(3 + extra_headers.len()))?;
+    let mut header = ResponseHeader::build(status, Some(4 + extra_headers.len()))?;
     header.insert_header(http::header::CONTENT_TYPE, content_type)?;
     header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
+    if let Some(id) = session.req_header().headers.get(REQUEST_ID).cloned() {
+        header.insert_header(REQUEST_ID, id)?;
+    }
     for (name, value) in extra_headers {
         header.insert_header(*name, value.as_str())?;
     }
@@ -39,6 +44,30 @@ pub async fn error(session: &mut Session, err: &ApiError, body_consumed: bool) -
     }
     send(session, err.status, "application/json", err.to_json(), &[]).await
 }
+
+/// Answers a request whose body sturnus stopped reading (too large, over budget, too slow) and
+/// closes the connection. Before closing it drains what the client still sends for a moment
+/// ([`LINGER`]), without keeping it, so the client reads the answer rather than a reset.
+pub async fn refuse(session: &mut Session, err: &ApiError, retry_after: Option<u64>) -> Result<()> {
+    session.set_keepalive(None);
+    let extra: Vec<(&'static str, String)> = retry_after
+        .map(|secs| ("retry-after", secs.to_string()))
+        .into_iter()
+        .collect();
+    send(
+        session,
+        err.status,
+        "application/json",
+        err.to_json(),
+        &extra,
+    )
+    .await?;
+    let _ = tokio::time::timeout(LINGER, session.drain_request_body()).await;
+    Ok(())
+}
+
+/// How long [`refuse`] drains unread request bytes before the connection closes.
+pub const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Largest unread request body sturnus drains (rather than closing) before answering early.
 const DRAIN_LIMIT: u64 = 1 << 20;

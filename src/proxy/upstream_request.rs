@@ -1,5 +1,6 @@
 //! The request header a provider receives; one implementation for both forwarding paths.
 
+use crate::observe::trace::{self, TraceContext};
 use crate::providers::{CredentialError, Provider};
 use pingora::http::RequestHeader;
 
@@ -26,12 +27,14 @@ const DROPPED: &[&str] = &[
 ];
 
 /// Rewrites a copy of the client's request header for the provider: path, `Host`, auth,
-/// `Content-Length` of the spliced body; every other client header passes through.
+/// `Content-Length` of the spliced body, `traceparent` naming sturnus's span (`tracestate` only
+/// when the caller's trace continues); every other client header passes through.
 pub fn prepare(
     req: &mut RequestHeader,
     provider: &Provider,
     path_and_query: &str,
     body_len: usize,
+    trace: &TraceContext,
 ) -> Result<(), CredentialError> {
     // Headers the client's `Connection` header names are hop-by-hop too.
     let named: Vec<String> = req
@@ -56,6 +59,10 @@ pub fn prepare(
     req.set_version(http::Version::HTTP_11);
     let _ = req.insert_header(http::header::HOST, provider.host_header());
     let _ = req.insert_header(http::header::CONTENT_LENGTH, body_len.to_string());
+    let _ = req.insert_header(trace::TRACEPARENT, trace.traceparent());
+    if !trace.continued() {
+        req.remove_header(trace::TRACESTATE);
+    }
     provider.authorize(req)
 }
 
@@ -96,7 +103,15 @@ mod tests {
         ] {
             req.append_header(k, v).unwrap();
         }
-        prepare(&mut req, &provider(), "/v1/chat/completions?x=1", 42).unwrap();
+        let trace = TraceContext::new_root();
+        prepare(
+            &mut req,
+            &provider(),
+            "/v1/chat/completions?x=1",
+            42,
+            &trace,
+        )
+        .unwrap();
         let h = &req.headers;
         assert_eq!(h["authorization"], "Bearer sk-provider");
         assert!(h.get("x-api-key").is_none() && h.get("api-key").is_none());
@@ -106,5 +121,25 @@ mod tests {
         assert_eq!(h["host"], "127.0.0.1:9000");
         assert_eq!(h["content-length"], "42");
         assert_eq!(req.uri, "/v1/chat/completions?x=1");
+        assert_eq!(h["traceparent"], trace.traceparent().as_str());
+    }
+
+    #[test]
+    fn tracestate_travels_only_with_the_callers_trace() {
+        let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        for (traceparent, kept) in [(incoming, true), ("00-bogus", false)] {
+            let mut req = RequestHeader::build("POST", b"/v1/embeddings", None).unwrap();
+            req.append_header("traceparent", traceparent).unwrap();
+            req.append_header("tracestate", "vendor=1,other=2").unwrap();
+            let trace = TraceContext::from_headers([traceparent.as_bytes()].into_iter());
+            prepare(&mut req, &provider(), "/v1/embeddings", 1, &trace).unwrap();
+            let h = &req.headers;
+            assert_eq!(h.get_all("traceparent").iter().count(), 1);
+            assert_eq!(h["traceparent"], trace.traceparent().as_str());
+            assert_eq!(h.get("tracestate").is_some(), kept, "{traceparent}");
+            if kept {
+                assert_eq!(h["tracestate"], "vendor=1,other=2");
+            }
+        }
     }
 }

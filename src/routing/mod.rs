@@ -6,18 +6,22 @@
 //! - [`selector`]: the pure share computation, the weighted pick and the pin rule.
 //! - [`affinity`]: the `<provider>/<model>` session-affinity header value.
 //! - [`rng`]: small thread-local and seedable random sources.
+//! - [`pressure`]: the age of requests still waiting for an answer and `Retry-After` back-off,
+//!   the signals that arrive before a response does.
 
 pub mod affinity;
+pub mod pressure;
 pub mod rng;
 pub mod selector;
 pub mod tracker;
 
+pub use pressure::unix_us;
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
-    choose, pick_index, shares, shares_for, Choice, RoutingParams, COLD_WEIGHT, INLINE_CANDIDATES,
-    MIN_LATENCY_US, MIN_SUCCESS,
+    choose, choose_at, pick_index, shares, shares_for, shares_for_at, weights, weights_for, Choice,
+    RoutingParams, COLD_WEIGHT, INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS, WAIT_AGE_FACTOR,
 };
 pub use tracker::{
     CandidateStats, ErrorKind, Health, InflightGuard, Mode, Outcome, OwnedInflightGuard, Snapshot,
-    StatsSnapshot,
+    StatsSnapshot, WaitGuard,
 };

@@ -3,7 +3,11 @@
 //! [`shares`] is the pure scoring core shared by the proxy, /status and the simulator;
 //! [`pick_index`] maps a uniform draw onto shares; [`choose`] is one alias's hot-path entry
 //! point (pin rule + weighted pick) and allocates nothing for up to [`INLINE_CANDIDATES`].
+//! [`choose_at`] / [`shares_for_at`] take the time explicitly (the simulator's virtual clock);
+//! [`choose`] / [`shares_for`] read the wall clock, and only when a candidate's waiting requests
+//! or `Retry-After` back-off make the time matter.
 
+use super::pressure::unix_us;
 use super::rng::RngSource;
 use super::tracker::{CandidateStats, Mode, Snapshot};
 
@@ -15,6 +19,10 @@ pub const MIN_SUCCESS: f64 = 0.001;
 
 /// Lower bound on latency (µs) used in scoring, so a 0 µs sample cannot divide by zero.
 pub const MIN_LATENCY_US: f64 = 1.0;
+
+/// Requests sent at a steady pace that each take `L` are, while waiting, `L / 2` old on
+/// average: twice the mean waiting age estimates the latency they are getting now.
+pub const WAIT_AGE_FACTOR: f64 = 2.0;
 
 /// Candidate count up to which [`choose`] works entirely on the stack.
 pub const INLINE_CANDIDATES: usize = 16;
@@ -33,10 +41,12 @@ pub struct RoutingParams {
 }
 
 impl Default for RoutingParams {
+    /// The defaults chosen with `sturnus simulate` (see docs/routing.md): the seed's 0.3 and 3
+    /// became 0.4 and 6 once the waiting age kept a sharper choice from herding.
     fn default() -> Self {
         Self {
-            ewma_alpha: 0.3,
-            exploit_k: 3.0,
+            ewma_alpha: 0.4,
+            exploit_k: 6.0,
             probe_floor: 0.01,
             error_threshold: 0.5,
         }
@@ -71,13 +81,18 @@ pub struct Choice {
     pub pinned_honoured: bool,
 }
 
+/// Marks a backed-off candidate in the speed buffer: no share at all, not even the floor.
+const EXCLUDED: f64 = f64::NEG_INFINITY;
+
 /// Inverse effective latency ("speed", 1/µs) of a candidate: `success / latency`, with success
-/// clamped to `[MIN_SUCCESS, 1]` and latency to at least `MIN_LATENCY_US`; `-1.0` marks a cold
-/// candidate (no usable latency) as `-success`, so a cold candidate that keeps failing before
-/// any response (refused connects, DNS) still loses its share. Ratios of speeds are inverse ratios of effective latencies,
-/// and this form needs one division per candidate instead of two.
+/// clamped to `[MIN_SUCCESS, 1]` and latency to at least `MIN_LATENCY_US`. The latency is the
+/// EWMA, or [`WAIT_AGE_FACTOR`] times the mean age of the requests still waiting for their
+/// first chunk when that is larger (see [`super::pressure`]). A cold candidate (no usable latency) is marked as `-success`, so
+/// one that keeps failing before any response (refused connects, DNS) still loses its share.
+/// Ratios of speeds are inverse ratios of effective latencies, and this form needs one division
+/// per candidate instead of two.
 #[inline]
-fn speed(latency_us: Option<f64>, success: f64) -> f64 {
+fn speed(latency_us: Option<f64>, success: f64, wait_age_us: Option<f64>) -> f64 {
     // A NaN success rate (never produced by the tracker) counts as the worst.
     let success = if success.is_nan() {
         MIN_SUCCESS
@@ -85,7 +100,13 @@ fn speed(latency_us: Option<f64>, success: f64) -> f64 {
         success.clamp(MIN_SUCCESS, 1.0)
     };
     match latency_us {
-        Some(lat) if lat.is_finite() && lat >= 0.0 => success / lat.max(MIN_LATENCY_US),
+        Some(lat) if lat.is_finite() && lat >= 0.0 => {
+            let lat = match wait_age_us {
+                Some(age) if WAIT_AGE_FACTOR * age > lat => WAIT_AGE_FACTOR * age,
+                _ => lat,
+            };
+            success / lat.max(MIN_LATENCY_US)
+        }
         _ => -success,
     }
 }
@@ -120,24 +141,44 @@ fn pow_u32(mut base: f64, mut e: u32) -> f64 {
 ///
 /// Raw weight = (best_effective / effective)^k for warm candidates, [`COLD_WEIGHT`] for cold
 /// ones (all equal when every candidate is cold); then normalised and floored at
-/// `probe_floor` (an even split if `n * probe_floor >= 1`).
+/// `probe_floor` (an even split if `n * probe_floor >= 1`). Backed-off candidates get 0 and are
+/// left out of the floor, unless every candidate is backed off (then back-off is ignored).
 pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
     let (out, rest) = out.split_at_mut(n);
     rest.iter_mut().for_each(|x| *x = 0.0);
-    for (o, s) in out.iter_mut().zip(snaps) {
-        *o = speed(s.latency_us, s.success);
-    }
+    speeds(&snaps[..n], out);
     speeds_to_shares(out, params);
 }
 
-/// In place: speeds from [`speed`] (negative = cold) become shares. The single scoring path
-/// behind both [`shares`] and [`choose`].
-fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
-    let n = out.len();
-    if n == 0 {
-        return;
+/// Speeds for one alias's snapshots, with backed-off candidates marked [`EXCLUDED`] (unless
+/// every candidate is backed off, when back-off is ignored).
+fn speeds(snaps: &[Snapshot], out: &mut [f64]) {
+    let exclude = snaps.iter().any(|s| !s.backed_off);
+    for (o, s) in out.iter_mut().zip(snaps) {
+        *o = if exclude && s.backed_off {
+            EXCLUDED
+        } else {
+            speed(s.latency_us, s.success, s.wait_age_us)
+        };
     }
+}
+
+/// Raw weights (before normalising and the probe floor) for one alias's candidates: the best
+/// warm candidate has 1.0, a cold one [`COLD_WEIGHT`] (1.0 when nothing is warm), scaled as in
+/// [`shares`]; a backed-off one 0. Shown on /status next to the shares. Writes
+/// `min(snaps.len(), out.len())` values.
+pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
+    let n = snaps.len().min(out.len());
+    let out = &mut out[..n];
+    speeds(&snaps[..n], out);
+    speeds_to_weights(out, params);
+    out.iter_mut().filter(|o| o.is_nan()).for_each(|o| *o = 0.0);
+}
+
+/// In place: speeds from [`speed`] (negative = cold, [`EXCLUDED`] = backed off) become raw
+/// weights, backed-off ones NaN; returns the sum and count of the others.
+fn speeds_to_weights(out: &mut [f64], params: &RoutingParams) -> (f64, usize) {
     let k = sane_k(params.exploit_k);
     let int_k = (k <= 64.0 && f64::from(k as u32) == k).then_some(k as u32);
     let pow = |ratio: f64| match int_k {
@@ -151,50 +192,88 @@ fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
     let cold_weight = if best <= 0.0 { 1.0 } else { COLD_WEIGHT };
     let inv_best = if best <= 0.0 { 0.0 } else { 1.0 / best };
     let mut sum = 0.0;
+    let mut active = 0usize;
     for o in out.iter_mut() {
-        *o = if *o < 0.0 {
+        *o = if *o == EXCLUDED {
+            f64::NAN
+        } else if *o < 0.0 {
             cold_weight * pow(-*o)
         } else {
-            pow((*o * inv_best).min(1.0))
+            // The best candidate is exactly 1.0 (o * (1/best) can miss it by one ulp).
+            if *o == best {
+                1.0
+            } else {
+                pow((*o * inv_best).min(1.0))
+            }
         };
-        sum += *o;
+        if !o.is_nan() {
+            sum += *o;
+            active += 1;
+        }
     }
-    if sum.is_nan() || sum <= 0.0 {
+    (sum, active)
+}
+
+/// In place: speeds from [`speed`] (negative = cold, [`EXCLUDED`] = backed off) become shares.
+/// The single scoring path behind both [`shares`] and [`choose`].
+fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    // Backed-off candidates become NaN: skipped by every step below, 0 at the end.
+    let (sum, active) = speeds_to_weights(out, params);
+    if active == 0 {
         out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
         return;
     }
+    if sum > 0.0 {
+        // Normalise; the floor pass is only needed if some share fell below the floor.
+        let inv_sum = 1.0 / sum;
+        let mut min = f64::INFINITY;
+        for o in out.iter_mut().filter(|o| !o.is_nan()) {
+            *o *= inv_sum;
+            min = min.min(*o);
+        }
+        if min < params.probe_floor {
+            apply_floor(out, params.probe_floor);
+        }
+    } else {
+        // Every active weight underflowed to 0 (or the sum is NaN): split evenly.
+        even_split(out);
+    }
+    out.iter_mut().filter(|o| o.is_nan()).for_each(|o| *o = 0.0);
+}
 
-    // Normalise; the floor pass is only needed if some share fell below the floor.
-    let inv_sum = 1.0 / sum;
-    let mut min = f64::INFINITY;
-    for o in out.iter_mut() {
-        *o *= inv_sum;
-        min = min.min(*o);
-    }
-    if min < params.probe_floor {
-        apply_floor(out, params.probe_floor);
-    }
+/// Equal shares for every non-NaN entry (NaN entries are left alone).
+fn even_split(out: &mut [f64]) {
+    let m = out.iter().filter(|x| !x.is_nan()).count().max(1);
+    out.iter_mut()
+        .filter(|x| !x.is_nan())
+        .for_each(|x| *x = 1.0 / m as f64);
 }
 
 /// Raise normalised shares below `floor` to it and scale the rest down proportionally, until
-/// stable. Negative values mark "fixed at the floor" while iterating.
+/// stable. NaN entries (backed off) take no part; negative values mark "fixed at the floor"
+/// while iterating.
 fn apply_floor(out: &mut [f64], floor: f64) {
-    let n = out.len();
-    if floor.is_nan() || floor <= 0.0 || n == 0 {
+    let m = out.iter().filter(|x| !x.is_nan()).count();
+    if floor.is_nan() || floor <= 0.0 || m == 0 {
         return;
     }
-    if n as f64 * floor >= 1.0 {
-        out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
+    if m as f64 * floor >= 1.0 {
+        even_split(out);
         return;
     }
     let mut fixed = 0usize;
-    let mut free_sum: f64 = out.iter().sum();
-    // Each round fixes at least one more candidate or finishes, so n + 1 rounds suffice.
-    for _ in 0..=n {
+    let mut free_sum: f64 = out.iter().filter(|x| !x.is_nan()).sum();
+    // Each round fixes at least one more candidate or finishes, so m + 1 rounds suffice.
+    for _ in 0..=m {
         // free_sum includes the largest share (never fixed), so it stays well away from 0.
         let scale = (1.0 - fixed as f64 * floor) / free_sum;
         let mut changed = false;
         for x in out.iter_mut() {
+            // NaN compares false, so backed-off entries are never fixed.
             if *x >= 0.0 && *x * scale < floor {
                 fixed += 1;
                 free_sum -= *x;
@@ -203,7 +282,7 @@ fn apply_floor(out: &mut [f64], floor: f64) {
             }
         }
         if !changed {
-            for x in out.iter_mut() {
+            for x in out.iter_mut().filter(|x| !x.is_nan()) {
                 *x = if *x < 0.0 { floor } else { *x * scale };
             }
             return;
@@ -212,7 +291,7 @@ fn apply_floor(out: &mut [f64], floor: f64) {
             break; // unreachable in exact arithmetic; fall back to the even split
         }
     }
-    out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
+    even_split(out);
 }
 
 /// Index whose cumulative share interval contains `r` (uniform in [0, 1)). Negative/NaN shares
@@ -236,7 +315,8 @@ pub fn pick_index(shares: &[f64], r: f64) -> usize {
 
 /// One alias's routing decision. `cands` are the alias's candidates in config order (anything
 /// that derefs to stats: `&CandidateStats`, `Arc<CandidateStats>`, ...); `pinned` is the index
-/// named by a session-affinity header, if any. Returns `None` only for an empty list.
+/// named by a session-affinity header, if any. Returns `None` only for an empty list. Reads
+/// the wall clock ([`unix_us`]) only if some candidate's score depends on time.
 pub fn choose<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
@@ -244,9 +324,28 @@ pub fn choose<C: AsRef<CandidateStats>>(
     params: &RoutingParams,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
+    let now = if cands.iter().any(|c| c.as_ref().needs_time()) {
+        unix_us()
+    } else {
+        0 // unused: no candidate has waiting requests or a back-off deadline
+    };
+    choose_at(cands, mode, pinned, params, now, rng)
+}
+
+/// [`choose`] at an explicit time `now_us` (same clock as `begin_wait` / `back_off_until`).
+/// A pin is honoured only for a candidate that is healthy and not backed off.
+pub fn choose_at<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    pinned: Option<usize>,
+    params: &RoutingParams,
+    now_us: u64,
+    rng: &mut impl RngSource,
+) -> Option<Choice> {
     if let Some(i) = pinned {
         if let Some(c) = cands.get(i) {
-            if c.as_ref().error_rate() <= params.error_threshold {
+            let c = c.as_ref();
+            if c.error_rate() <= params.error_threshold && !c.backed_off(now_us) {
                 return Some(Choice {
                     index: i,
                     pinned_honoured: true,
@@ -260,9 +359,9 @@ pub fn choose<C: AsRef<CandidateStats>>(
         1 => 0,
         _ if n <= INLINE_CANDIDATES => {
             let mut w = [0.0f64; INLINE_CANDIDATES];
-            weighted_pick(cands, mode, params, rng, &mut w[..n])
+            weighted_pick(cands, mode, params, now_us, rng, &mut w[..n])
         }
-        _ => weighted_pick(cands, mode, params, rng, &mut vec![0.0f64; n]),
+        _ => weighted_pick(cands, mode, params, now_us, rng, &mut vec![0.0f64; n]),
     };
     Some(Choice {
         index,
@@ -276,24 +375,70 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
     params: &RoutingParams,
+    now_us: u64,
     rng: &mut impl RngSource,
     w: &mut [f64],
 ) -> usize {
+    let mut backed_off = 0;
     for (o, c) in w.iter_mut().zip(cands) {
         let c = c.as_ref();
-        *o = speed(c.latency_us(mode), c.success());
+        *o = if !c.needs_time() {
+            speed(c.latency_us(mode), c.success(), None)
+        } else if c.backed_off(now_us) {
+            backed_off += 1;
+            EXCLUDED
+        } else {
+            speed(c.latency_us(mode), c.success(), c.wait_age_us(mode, now_us))
+        };
+    }
+    if backed_off == w.len() {
+        // Everyone is backed off: ignore back-off rather than refuse to route.
+        for (o, c) in w.iter_mut().zip(cands) {
+            let c = c.as_ref();
+            *o = speed(c.latency_us(mode), c.success(), c.wait_age_us(mode, now_us));
+        }
     }
     speeds_to_shares(w, params);
     pick_index(w, rng.next_f64())
 }
 
-/// Current shares for all candidates of an alias (allocates; for /status and metrics).
+/// Current shares for all candidates of an alias (allocates; for /status and metrics), at the
+/// wall-clock time.
 pub fn shares_for<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
     params: &RoutingParams,
 ) -> Vec<f64> {
-    let snaps: Vec<Snapshot> = cands.iter().map(|c| c.as_ref().snapshot(mode)).collect();
+    shares_for_at(cands, mode, params, unix_us())
+}
+
+/// Current raw weights for all candidates of an alias (allocates; for /status).
+pub fn weights_for<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    params: &RoutingParams,
+) -> Vec<f64> {
+    let now_us = unix_us();
+    let snaps: Vec<Snapshot> = cands
+        .iter()
+        .map(|c| c.as_ref().snapshot_at(mode, now_us))
+        .collect();
+    let mut out = vec![0.0; snaps.len()];
+    weights(&snaps, params, &mut out);
+    out
+}
+
+/// [`shares_for`] at an explicit time `now_us`.
+pub fn shares_for_at<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    params: &RoutingParams,
+    now_us: u64,
+) -> Vec<f64> {
+    let snaps: Vec<Snapshot> = cands
+        .iter()
+        .map(|c| c.as_ref().snapshot_at(mode, now_us))
+        .collect();
     let mut out = vec![0.0; snaps.len()];
     shares(&snaps, params, &mut out);
     out
@@ -311,12 +456,16 @@ mod tests {
             latency_us: Some(lat),
             success,
             inflight: 0,
+            wait_age_us: None,
+            backed_off: false,
         }
     }
 
+    /// k = 3 (the seed's default, which the arithmetic in these tests is written for), no floor.
     fn no_floor() -> RoutingParams {
         RoutingParams {
             probe_floor: 0.0,
+            exploit_k: 3.0,
             ..RoutingParams::default()
         }
     }
@@ -377,7 +526,7 @@ mod tests {
         let failing_cold = Snapshot {
             latency_us: None,
             success: 0.1,
-            inflight: 0,
+            ..Snapshot::COLD
         };
         // Next to a warm candidate: 0.25 * 0.1^3 of the best's weight.
         let s = run(&[warm(100.0, 1.0), failing_cold], &no_floor());
@@ -480,18 +629,31 @@ mod tests {
                         },
                         success: rng.next_f64(),
                         inflight: 0,
+                        wait_age_us: if rng.next_u64() % 3 == 0 {
+                            Some(rng.next_f64() * 1e7)
+                        } else {
+                            None
+                        },
+                        backed_off: rng.next_u64() % 5 == 0,
                     }
                 })
                 .collect();
             let s = run(&snaps, &p);
             let sum: f64 = s.iter().sum();
             assert!((sum - 1.0).abs() < 1e-12, "case {case}: sum {sum}");
-            let eff_floor = floor.min(1.0 / n as f64);
-            for x in &s {
-                assert!(
-                    x.is_finite() && *x >= eff_floor - 1e-12,
-                    "case {case}: {s:?}"
-                );
+            // Backed-off candidates get nothing, unless all are backed off.
+            let all_off = snaps.iter().all(|s| s.backed_off);
+            let active = snaps.iter().filter(|s| all_off || !s.backed_off).count();
+            let eff_floor = floor.min(1.0 / active as f64);
+            for (x, snap) in s.iter().zip(&snaps) {
+                if snap.backed_off && !all_off {
+                    assert_eq!(*x, 0.0, "case {case}: {s:?}");
+                } else {
+                    assert!(
+                        x.is_finite() && *x >= eff_floor - 1e-12,
+                        "case {case}: {s:?}"
+                    );
+                }
             }
         }
     }
@@ -653,6 +815,82 @@ mod tests {
     }
 
     #[test]
+    fn waiting_age_raises_effective_latency_only_when_above_the_ewma() {
+        let waiting = |lat: f64, age: f64| Snapshot {
+            wait_age_us: Some(age),
+            ..warm(lat, 1.0)
+        };
+        // Twice 150 = 300 µs now, against a 100 µs EWMA: weight (100/300)^3.
+        let s = run(&[warm(100.0, 1.0), waiting(100.0, 150.0)], &no_floor());
+        assert_close(s[1] / s[0], 1.0 / 27.0);
+        // Twice 40 = 80 µs is below the EWMA: no effect.
+        let s = run(&[warm(100.0, 1.0), waiting(100.0, 40.0)], &no_floor());
+        assert_close(s[1] / s[0], 1.0);
+        // Cold candidates are not scored by age (a fresh request would look instant).
+        let cold_waiting = Snapshot {
+            wait_age_us: Some(1.0),
+            ..Snapshot::COLD
+        };
+        let s = run(&[warm(100.0, 1.0), cold_waiting], &no_floor());
+        assert_close(s[1] / s[0], COLD_WEIGHT);
+    }
+
+    #[test]
+    fn backed_off_candidates_get_nothing_not_even_the_floor() {
+        let off = |lat: f64| Snapshot {
+            backed_off: true,
+            ..warm(lat, 1.0)
+        };
+        let p = RoutingParams::default();
+        let s = run(&[off(10.0), warm(100.0, 1.0), warm(1e6, 1.0)], &p);
+        assert_eq!(s[0], 0.0);
+        assert_close(s[2], p.probe_floor);
+        assert_close(s[1], 1.0 - p.probe_floor);
+        // Everyone backed off: back-off is ignored rather than routing nowhere.
+        let s = run(&[off(100.0), off(100.0)], &p);
+        assert_eq!(s, vec![0.5, 0.5]);
+        // A large floor splits evenly among the others only.
+        let big = RoutingParams {
+            probe_floor: 0.5,
+            ..p
+        };
+        let s = run(&[off(1.0), warm(100.0, 1.0), warm(1e6, 1.0)], &big);
+        assert_eq!(s, vec![0.0, 0.5, 0.5]);
+    }
+
+    #[test]
+    fn choose_at_honours_back_off_and_waiting_age() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(3);
+        let cands = vec![stats(Some(100.0), 0), stats(Some(150.0), 0)];
+        cands[0].back_off_until(1_000);
+        for _ in 0..200 {
+            let c = choose_at(&cands, Mode::NonStreaming, None, &p, 999, &mut rng);
+            assert_eq!(c.map(|c| c.index), Some(1));
+        }
+        // A pin on a backed-off candidate is not honoured.
+        let c = choose_at(&cands, Mode::NonStreaming, Some(0), &p, 999, &mut rng);
+        assert_eq!(c.map(|c| (c.index, c.pinned_honoured)), Some((1, false)));
+        // Once the deadline passes, the faster candidate is back in front.
+        let after = shares_for_at(&cands, Mode::NonStreaming, &p, 1_000);
+        assert!(after[0] > 0.9, "{after:?}");
+        // A request to it that has waited 1 000 µs (estimate 2 000) sends traffic away.
+        let _wait = cands[0].begin_wait(Mode::NonStreaming, 1_000);
+        let waiting = shares_for_at(&cands, Mode::NonStreaming, &p, 2_000);
+        assert!(waiting[0] < 0.02, "{waiting:?}");
+        let hits = (0..1000)
+            .filter(|_| {
+                choose_at(&cands, Mode::NonStreaming, None, &p, 2_000, &mut rng)
+                    .is_some_and(|c| c.index == 0)
+            })
+            .count();
+        assert!(hits < 40, "{hits}");
+        // The wall-clock entry points agree: nothing is in the future of the real clock here.
+        assert!(choose(&cands, Mode::NonStreaming, None, &p, &mut rng).is_some());
+        assert_eq!(shares_for(&cands, Mode::Streaming, &p).len(), 2);
+    }
+
+    #[test]
     fn params_check() {
         assert!(RoutingParams::default().check().is_ok());
         let bad = |f: fn(&mut RoutingParams)| {
@@ -668,5 +906,25 @@ mod tests {
         assert!(bad(|p| p.probe_floor = 1.0));
         assert!(bad(|p| p.error_threshold = 1.1));
         assert!(!bad(|p| p.ewma_alpha = 1.0));
+    }
+
+    #[test]
+    fn weights_are_the_raw_scores_behind_the_shares() {
+        let params = RoutingParams {
+            exploit_k: 3.0,
+            ..RoutingParams::default()
+        };
+        let mut w = [0.0; 3];
+        weights(
+            &[warm(100.0, 1.0), warm(200.0, 1.0), Snapshot::COLD],
+            &params,
+            &mut w,
+        );
+        assert_eq!(w[0], 1.0);
+        assert!((w[1] - 0.125).abs() < 1e-12, "{w:?}");
+        assert_eq!(w[2], COLD_WEIGHT);
+        let mut w = [0.0; 2];
+        weights(&[Snapshot::COLD, Snapshot::COLD], &params, &mut w);
+        assert_eq!(w, [1.0, 1.0]);
     }
 }

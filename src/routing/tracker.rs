@@ -4,6 +4,7 @@
 //! alias that lists it. All state lives in atomics: f64 values are stored as bits in `AtomicU64`
 //! and EWMA updates use a compare-exchange loop, so recording and picking never block a worker.
 
+use super::pressure::Pressure;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 const EMPTY: u64 = u64::MAX;
 
 /// Smoothing used when a caller passes an out-of-range `alpha` (matches the config default).
-const FALLBACK_ALPHA: f64 = 0.3;
+const FALLBACK_ALPHA: f64 = 0.4;
 
 /// Which latency series a request belongs to: streaming first-chunk times differ from buffered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,7 +43,7 @@ impl Mode {
     }
 
     /// Slot of this mode in per-mode arrays.
-    fn slot(self) -> usize {
+    pub(crate) fn slot(self) -> usize {
         match self {
             Mode::NonStreaming => 0,
             Mode::Streaming => 1,
@@ -181,6 +182,11 @@ pub struct Snapshot {
     pub success: f64,
     /// Requests currently in flight.
     pub inflight: u64,
+    /// Mean age (µs) of this mode's requests still waiting for their first chunk, if any are
+    /// tracked (see [`CandidateStats::begin_wait`]).
+    pub wait_age_us: Option<f64>,
+    /// True while the candidate is backed off after a `Retry-After`.
+    pub backed_off: bool,
 }
 
 impl Snapshot {
@@ -189,6 +195,8 @@ impl Snapshot {
         latency_us: None,
         success: 1.0,
         inflight: 0,
+        wait_age_us: None,
+        backed_off: false,
     };
 }
 
@@ -219,6 +227,8 @@ pub struct CandidateStats {
     failures: AtomicU64,
     /// Attempts recorded as [`Outcome::ClientError`].
     client_errors: AtomicU64,
+    /// Requests waiting for their first chunk, and the `Retry-After` deadline.
+    pressure: Pressure,
 }
 
 /// Bits available for the timestamp in the packed last-error word.
@@ -275,6 +285,7 @@ impl CandidateStats {
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             client_errors: AtomicU64::new(0),
+            pressure: Pressure::default(),
         }
     }
 
@@ -324,14 +335,69 @@ impl CandidateStats {
         Some((kind, packed & TIME_MASK))
     }
 
-    /// Everything the selector needs for one mode.
+    /// Everything the selector needs for one mode, without the time-dependent signals.
     #[inline]
     pub fn snapshot(&self, mode: Mode) -> Snapshot {
         Snapshot {
             latency_us: load_latency(&self.latency[mode.slot()]),
             success: self.success(),
             inflight: self.inflight(),
+            wait_age_us: None,
+            backed_off: false,
         }
+    }
+
+    /// Everything the selector needs for one mode at time `now_us` (waiting age, back-off).
+    pub fn snapshot_at(&self, mode: Mode, now_us: u64) -> Snapshot {
+        Snapshot {
+            wait_age_us: self.wait_age_us(mode, now_us),
+            backed_off: self.backed_off(now_us),
+            ..self.snapshot(mode)
+        }
+    }
+
+    /// Marks a request of `mode` sent upstream at `sent_us` as waiting for its first response
+    /// chunk, until the returned guard drops: drop it when the first chunk arrives or the
+    /// attempt ends without one. Its age then counts towards the candidate's latency (see
+    /// [`super::pressure`]). The proxy should call this with [`super::pressure::unix_us`] when
+    /// it sends the request, the clock [`super::choose`] reads.
+    pub fn begin_wait(self: &Arc<Self>, mode: Mode, sent_us: u64) -> WaitGuard {
+        self.pressure.start(mode, sent_us);
+        WaitGuard {
+            stats: Arc::clone(self),
+            mode,
+            sent_us,
+        }
+    }
+
+    /// Mean age (µs) at `now_us` of the requests of `mode` waiting for their first chunk.
+    pub fn wait_age_us(&self, mode: Mode, now_us: u64) -> Option<f64> {
+        self.pressure.mean_age_us(mode, now_us)
+    }
+
+    /// Honours an upstream `Retry-After`: no traffic to this candidate before `deadline_us`
+    /// (the proxy should call this on a 429 or 503 carrying `Retry-After`, with the deadline
+    /// on the [`super::pressure::unix_us`] clock). A shorter deadline never cuts a longer one.
+    pub fn back_off_until(&self, deadline_us: u64) {
+        self.pressure.back_off_until(deadline_us);
+    }
+
+    /// The back-off deadline (µs) for /status: `None` if never set or found expired.
+    pub fn back_off_deadline_us(&self) -> Option<u64> {
+        self.pressure.deadline_us()
+    }
+
+    /// True while a `Retry-After` back-off is in force at `now_us`.
+    #[inline]
+    pub fn backed_off(&self, now_us: u64) -> bool {
+        self.pressure.backed_off(now_us)
+    }
+
+    /// True when scoring this candidate needs the current time (requests waiting with a send
+    /// time, or a back-off deadline set), so the selector reads the clock only when it matters.
+    #[inline]
+    pub fn needs_time(&self) -> bool {
+        self.pressure.active()
     }
 
     /// Latency EWMA in milliseconds for /status; `None` while cold in `mode`.
@@ -452,6 +518,7 @@ impl fmt::Debug for CandidateStats {
             .field("requests", &self.requests())
             .field("failures", &self.failures())
             .field("last_error", &self.last_error())
+            .field("back_off_until_us", &self.back_off_deadline_us())
             .finish()
     }
 }
@@ -466,6 +533,28 @@ pub struct InflightGuard<'a> {
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
         self.stats.inflight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A request waiting for its first response chunk (see [`CandidateStats::begin_wait`]).
+#[must_use = "the request stops counting as waiting as soon as the guard drops"]
+#[derive(Debug)]
+pub struct WaitGuard {
+    stats: Arc<CandidateStats>,
+    mode: Mode,
+    sent_us: u64,
+}
+
+impl WaitGuard {
+    /// When the request was sent.
+    pub fn sent_us(&self) -> u64 {
+        self.sent_us
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        self.stats.pressure.end(self.mode, self.sent_us);
     }
 }
 
@@ -529,15 +618,15 @@ mod tests {
         s.record_latency(Mode::NonStreaming, 100.0, 1.0);
         s.record_latency(Mode::NonStreaming, 300.0, 1.0);
         assert_eq!(s.latency_us(Mode::NonStreaming), Some(300.0));
-        s.record_latency(Mode::NonStreaming, 400.0, f64::NAN); // uses 0.3
+        s.record_latency(Mode::NonStreaming, 400.0, f64::NAN); // uses 0.4: 160 + 180
         assert!(close(
             s.latency_us(Mode::NonStreaming).unwrap_or(0.0),
-            330.0
+            340.0
         ));
-        s.record_latency(Mode::NonStreaming, 330.0, 7.0); // clamped to 1.0
+        s.record_latency(Mode::NonStreaming, 360.0, 7.0); // clamped to 1.0
         assert!(close(
             s.latency_us(Mode::NonStreaming).unwrap_or(0.0),
-            330.0
+            360.0
         ));
     }
 
@@ -700,6 +789,45 @@ mod tests {
         assert!(succ.is_finite() && (0.0..=1.0).contains(&succ), "{succ}");
         assert_eq!(s.requests(), 200_000);
         assert_eq!(s.inflight(), 0);
+    }
+
+    #[test]
+    fn wait_guards_track_age_per_mode() {
+        let s = Arc::new(CandidateStats::new());
+        assert!(!s.needs_time());
+        let _inflight = s.begin_owned();
+        assert!(!s.needs_time());
+        {
+            let a = s.begin_wait(Mode::NonStreaming, 100);
+            let b = s.begin_wait(Mode::NonStreaming, 300);
+            assert_eq!(a.sent_us(), 100);
+            assert!(s.needs_time());
+            assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), Some(300.0));
+            assert_eq!(s.wait_age_us(Mode::Streaming, 500), None);
+            let snap = s.snapshot_at(Mode::NonStreaming, 500);
+            assert_eq!(snap.wait_age_us, Some(300.0));
+            assert_eq!(s.snapshot(Mode::NonStreaming).wait_age_us, None);
+            drop(b);
+            assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), Some(400.0));
+            drop(a);
+        }
+        assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), None);
+        assert!(!s.needs_time());
+        assert_eq!(s.inflight(), 1);
+    }
+
+    #[test]
+    fn back_off_until_deadline() {
+        let s = CandidateStats::new();
+        assert_eq!(s.back_off_deadline_us(), None);
+        s.back_off_until(1_000);
+        assert!(s.needs_time());
+        assert!(s.backed_off(999));
+        assert!(s.snapshot_at(Mode::Streaming, 999).backed_off);
+        assert_eq!(s.back_off_deadline_us(), Some(1_000));
+        assert!(!s.backed_off(1_000));
+        assert_eq!(s.back_off_deadline_us(), None);
+        assert!(!s.needs_time());
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub enum Fault {
     SlowDrip(Duration),
     /// Always answer this status with an OpenAI error body.
     Status(u16),
+    /// Answer 200 with a JSON body of exactly this many bytes (`{`, spaces, `}`), written as
+    /// fast as the peer reads: a provider sending a huge answer.
+    HugeBody(u64),
+    /// Answer with an SSE stream of chat chunks that never ends (until the peer goes away).
+    EndlessStream,
 }
 
 const KIND_SHIFT: u32 = 56;
@@ -49,6 +54,8 @@ impl Fault {
             Fault::Garbage => (5, 0),
             Fault::SlowDrip(d) => (6, micros(d).min(ARG_MASK)),
             Fault::Status(s) => (7, u64::from(s)),
+            Fault::HugeBody(n) => (8, n.min(ARG_MASK)),
+            Fault::EndlessStream => (9, 0),
         };
         (kind << KIND_SHIFT) | arg
     }
@@ -64,6 +71,8 @@ impl Fault {
             5 => Fault::Garbage,
             6 => Fault::SlowDrip(Duration::from_micros(arg)),
             7 => Fault::Status(u16::try_from(arg).unwrap_or(500)),
+            8 => Fault::HugeBody(arg),
+            9 => Fault::EndlessStream,
             _ => Fault::None,
         }
     }
@@ -212,6 +221,8 @@ mod tests {
             Fault::SlowDrip(Duration::from_millis(250)),
             Fault::Status(503),
             Fault::Status(u16::MAX),
+            Fault::HugeBody(1 << 30),
+            Fault::EndlessStream,
         ];
         for f in faults {
             b.set_fault(f);

@@ -24,6 +24,8 @@ use super::stream::{push_http_chunk, StreamApi, StreamPlan};
 const GARBAGE: &[u8] = b"\x00\xffSIMULATED GARBAGE \x1b[0m not http at all\r\n\r\n\x7f";
 /// What `Fault::CloseDuringHeaders` writes before closing.
 const HALF_STATUS_LINE: &[u8] = b"HTTP/1.1 20";
+/// Size of one write of a huge or endless answer.
+const BLOCK: usize = 64 * 1024;
 /// How long a graceful close waits for the peer to finish sending.
 const LINGER: Duration = Duration::from_millis(500);
 
@@ -250,6 +252,8 @@ impl Connection<'_> {
             Fault::Status(status) => {
                 return self.send_error(status, "simulated failure", conn).await
             }
+            Fault::HugeBody(len) => return self.send_huge(len, conn).await,
+            Fault::EndlessStream => return self.send_endless(conn).await,
             _ => {}
         }
         if let Some(status) = behaviour.next_failure() {
@@ -414,6 +418,75 @@ impl Connection<'_> {
             Flow::Reset
         } else {
             after(conn)
+        }
+    }
+
+    /// Sends a 200 JSON body of `len` bytes (`{`, spaces, `}`) in 64 KiB writes.
+    async fn send_huge(&mut self, len: u64, conn: Conn) -> Flow {
+        let len = len.max(2);
+        self.out.clear();
+        push_json_head(
+            &mut self.out,
+            200,
+            &self.shared.provider_header,
+            conn,
+            len as usize,
+        );
+        self.out.push(b'{');
+        if !self.write_out().await {
+            return Flow::Abort;
+        }
+        let mut left = len - 2;
+        self.out.clear();
+        self.out.resize(BLOCK, b' ');
+        while left > 0 {
+            let n = left.min(BLOCK as u64) as usize;
+            if self.stream.write_all(&self.out[..n]).await.is_err() {
+                return Flow::Abort;
+            }
+            left -= n as u64;
+        }
+        self.out.clear();
+        self.out.push(b'}');
+        if self.write_out().await {
+            after(conn)
+        } else {
+            Flow::Abort
+        }
+    }
+
+    /// Sends chat-completion SSE chunks (`tok0 `, `tok1 `, ...) until the peer goes away.
+    async fn send_endless(&mut self, conn: Conn) -> Flow {
+        self.out.clear();
+        push_stream_head(
+            &mut self.out,
+            &self.shared.provider_header,
+            Conn {
+                keep_alive: false,
+                ..conn
+            },
+        );
+        let mut i: u64 = 0;
+        loop {
+            while self.out.len() < BLOCK {
+                self.scratch.clear();
+                self.scratch.extend_from_slice(
+                    b"data: {\"id\":\"chatcmpl-sim-endless\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok",
+                );
+                self.scratch.extend_from_slice(i.to_string().as_bytes());
+                self.scratch
+                    .extend_from_slice(b" \"},\"finish_reason\":null}]}\n\n");
+                if conn.version >= 1 {
+                    push_http_chunk(&mut self.out, &self.scratch);
+                } else {
+                    self.out.extend_from_slice(&self.scratch);
+                }
+                i += 1;
+            }
+            if !self.write_out().await {
+                return Flow::Abort;
+            }
+            self.out.clear();
         }
     }
 

@@ -107,6 +107,11 @@ impl SimProvider {
         self.shared.count.load(Ordering::Relaxed)
     }
 
+    /// Connections open right now (accepted and not yet closed by either side).
+    pub fn open_connections(&self) -> u64 {
+        self.shared.open.load(Ordering::Relaxed)
+    }
+
     /// Stops accepting (the listening socket is closed before this returns, so new connects
     /// are refused) and drops every open connection.
     pub fn shutdown(&self) {

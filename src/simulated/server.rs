@@ -3,7 +3,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) recorder: Recorder,
     /// Requests received so far.
     pub(crate) count: AtomicU64,
+    /// Connections open right now.
+    pub(crate) open: AtomicU64,
     /// Becomes `true` on shutdown; every task watches it.
     pub(crate) down: watch::Sender<bool>,
 }
@@ -60,6 +62,7 @@ impl Shared {
             behaviour,
             recorder: Recorder::new(),
             count: AtomicU64::new(0),
+            open: AtomicU64::new(0),
             down: watch::channel(false).0,
         }
     }
@@ -112,9 +115,20 @@ fn poll_accept(
 
 /// Serves one connection until it ends or the provider shuts down (which drops it at once).
 async fn serve(stream: TcpStream, shared: Arc<Shared>) {
+    shared.open.fetch_add(1, Ordering::Relaxed);
+    let _open = OpenGuard(&shared);
     let mut down = shared.down.subscribe();
     tokio::select! {
         _ = serve_until_done(stream, &shared) => {}
         _ = down.wait_for(|d| *d) => {}
+    }
+}
+
+/// Counts a connection as open until dropped.
+struct OpenGuard<'a>(&'a Shared);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -700,6 +700,45 @@ async fn fault_reset_mid_stream_cuts_the_stream_with_a_reset() {
 }
 
 #[tokio::test]
+async fn fault_huge_body_sends_exactly_that_many_bytes_of_json() {
+    let p = start("f").await;
+    p.behaviour.set_fault(Fault::HugeBody(200_003));
+    let mut c = Client::connect(p.addr).await;
+    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("200003"));
+    assert_eq!(r.body.len(), 200_003);
+    assert_eq!(r.json(), serde_json::json!({}));
+    // Keep-alive still works after it.
+    p.behaviour.set_fault(Fault::None);
+    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    assert_eq!(r.json()["object"], "chat.completion");
+}
+
+#[tokio::test]
+async fn fault_endless_stream_never_finishes_and_ends_when_the_peer_leaves() {
+    let p = start("f").await;
+    p.behaviour.set_fault(Fault::EndlessStream);
+    let mut c = Client::connect(p.addr).await;
+    c.send(&post("/v1/chat/completions", CHAT_STREAM, "")).await;
+    while c.buf.len() < 1 << 20 {
+        assert!(c.fill().await > 0, "stream ended");
+    }
+    let text = String::from_utf8_lossy(&c.buf);
+    assert!(text.starts_with("HTTP/1.1 200"));
+    assert!(text.contains("transfer-encoding: chunked"));
+    assert!(text.contains("tok0 ") && text.contains("tok1000 "));
+    assert!(!text.contains("[DONE]"));
+    assert_eq!(p.open_connections(), 1);
+    drop(c);
+    let deadline = Instant::now() + WAIT;
+    while p.open_connections() > 0 {
+        assert!(Instant::now() < deadline, "connection not closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
 async fn fault_slow_drip_paces_chunks() {
     let p = start("f").await;
     let pace = Duration::from_millis(30);

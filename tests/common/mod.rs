@@ -2,6 +2,8 @@
 //! simulated providers that speak OpenAI's wire format.
 #![allow(dead_code)]
 
+pub mod exposition;
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 pub mod gcp;
 
 #[allow(unused_imports)]
-pub use sturnus::simulated::{Fault, SimProvider};
+pub use sturnus::simulated::{Fault, SimProvider, DEFAULT_CHUNKS};
 
 pub mod tls;
 
@@ -76,8 +78,18 @@ impl Proxy {
 
     /// Starts sturnus with extra environment variables and command-line arguments.
     pub async fn start_with(config: &str, env: &[(&str, &str)], args: &[&str]) -> Proxy {
+        Proxy::start_listening("127.0.0.1", config, env, args).await
+    }
+
+    /// Starts sturnus listening on `host` (the tests still reach it on 127.0.0.1).
+    pub async fn start_listening(
+        host: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Proxy {
         for _ in 0..3 {
-            if let Some(proxy) = Proxy::try_start(config, env, args).await {
+            if let Some(proxy) = Proxy::try_start(host, config, env, args).await {
                 return proxy;
             }
         }
@@ -85,12 +97,21 @@ impl Proxy {
     }
 
     /// One start attempt; `None` when the chosen port turned out to be taken.
-    async fn try_start(config: &str, env: &[(&str, &str)], args: &[&str]) -> Option<Proxy> {
+    async fn try_start(
+        host: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Option<Proxy> {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let dir = scratch_dir();
         let config_path = dir.join("config.toml");
-        std::fs::write(&config_path, format!("listen = \"{addr}\"\n{config}")).unwrap();
+        std::fs::write(
+            &config_path,
+            format!("listen = \"{host}:{port}\"\n{config}"),
+        )
+        .unwrap();
         let log_path = dir.join("sturnus.log");
         let log = std::fs::File::create(&log_path).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sturnus"));
@@ -166,6 +187,122 @@ impl Proxy {
     }
 }
 
+impl Proxy {
+    /// `/status` → `budget.in_use_bytes`.
+    pub async fn budget_in_use(&self) -> u64 {
+        self.status().await["budget"]["in_use_bytes"]
+            .as_u64()
+            .expect("budget.in_use_bytes")
+    }
+
+    /// Waits (up to 5 s) until every reserved byte is back in the budget.
+    pub async fn expect_budget_full(&self, after: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let used = self.budget_in_use().await;
+            if used == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{used} bytes still reserved after {after}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A field of the process's `/proc/<pid>/status` in KiB (`VmHWM`, `VmRSS`).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("/proc/<pid>/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("{field} not in /proc/<pid>/status"))
+    }
+}
+
+/// What a raw TCP exchange got back.
+#[derive(Debug)]
+pub struct RawReply {
+    /// Every byte received until the connection closed (or the wait ended).
+    pub bytes: Vec<u8>,
+    /// Whether the server closed the connection (rather than the wait running out).
+    pub closed: bool,
+}
+
+impl RawReply {
+    /// The status code of the first response, if one arrived.
+    pub fn status(&self) -> Option<u16> {
+        let mut hs = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut hs);
+        resp.parse(&self.bytes).ok()?;
+        resp.code
+    }
+
+    /// A header of the first response.
+    pub fn header(&self, name: &str) -> Option<String> {
+        let mut hs = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut hs);
+        resp.parse(&self.bytes).ok()?;
+        resp.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).into_owned())
+    }
+
+    /// The body of the first response parsed as JSON (it must carry a Content-Length).
+    pub fn json(&self) -> serde_json::Value {
+        let mut hs = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut hs);
+        let Ok(httparse::Status::Complete(head)) = resp.parse(&self.bytes) else {
+            panic!(
+                "no complete response: {:?}",
+                String::from_utf8_lossy(&self.bytes)
+            );
+        };
+        serde_json::from_slice(&self.bytes[head..]).expect("JSON body")
+    }
+}
+
+/// Connects to `addr`, writes `request` (write errors are ignored: a server may refuse early),
+/// and reads until the server closes the connection or `wait` passes.
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> RawReply {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let _ = stream.write_all(request).await;
+    read_until_closed(&mut stream, wait).await
+}
+
+/// Reads from `stream` until it closes or `wait` passes.
+pub async fn read_until_closed(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    wait: Duration,
+) -> RawReply {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut bytes = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                return RawReply {
+                    bytes,
+                    closed: true,
+                }
+            }
+            Ok(Ok(n)) => bytes.extend_from_slice(&buf[..n]),
+            Err(_) => {
+                return RawReply {
+                    bytes,
+                    closed: false,
+                }
+            }
+        }
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -192,6 +329,17 @@ pub async fn post(proxy: &Proxy, path: &str, body: impl Into<reqwest::Body>) -> 
         .send()
         .await
         .expect("request to sturnus")
+}
+
+/// A JSON chat body of exactly `size` bytes whose model is `model`.
+pub fn chat_of_size(model: &str, size: usize) -> String {
+    let head = format!("{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"user\",\"content\":\"");
+    let tail = "\"}]}";
+    let pad = size - head.len() - tail.len();
+    let filler: String = "lorem ipsum ".chars().cycle().take(pad).collect();
+    let body = format!("{head}{filler}{tail}");
+    assert_eq!(body.len(), size);
+    body
 }
 
 /// A small chat completion body for `model`.

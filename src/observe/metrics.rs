@@ -1,0 +1,409 @@
+//! Prometheus metrics, served at `GET /metrics`.
+//!
+//! Every configured alias × candidate series exists from startup at zero, so a missing series is
+//! never mistaken for "no errors"; label values only ever come from the config (an unknown alias
+//! in a request creates nothing). The request path holds a [`Tracked`] per routed request whose
+//! handles are resolved once, so recording is a few atomic adds.
+
+use crate::catalog::Catalog;
+use crate::routing::{ErrorKind, Mode};
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// `Content-Type` of the exposition format.
+pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
+/// Histogram buckets in seconds, for LLM traffic: 25 ms up to 120 s.
+pub const BUCKETS: &[f64] = &[
+    0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+];
+
+/// The transport-failure kinds `sturnus_errors_total` counts (failures with no provider response).
+pub const ERROR_KINDS: [ErrorKind; 6] = [
+    ErrorKind::Connect,
+    ErrorKind::Timeout,
+    ErrorKind::Tls,
+    ErrorKind::Dns,
+    ErrorKind::Auth,
+    ErrorKind::Reset,
+];
+
+/// The `status_code` value every series is pre-created with.
+const PRECREATED_STATUS: &str = "200";
+
+/// Labels shared by the per-candidate families.
+const CANDIDATE_LABELS: [&str; 3] = ["alias", "provider", "model"];
+
+/// The `stream` label value of a mode.
+pub fn stream_label(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Streaming => "true",
+        Mode::NonStreaming => "false",
+    }
+}
+
+/// The registry and every sturnus metric family.
+pub struct Metrics {
+    registry: Registry,
+    buffer_rejections: IntCounter,
+    /// Per alias (config order): its candidate series and routed-request counts.
+    aliases: Vec<AliasSeries>,
+    by_name: HashMap<String, usize>,
+}
+
+/// One alias's series.
+struct AliasSeries {
+    name: String,
+    candidates: Vec<Arc<CandidateSeries>>,
+    /// Requests routed to this alias, per mode slot (weights the share gauge).
+    routed: [AtomicU64; 2],
+}
+
+/// One alias × candidate's handles, resolved once at startup.
+pub struct CandidateSeries {
+    labels: [String; 3],
+    requests: IntCounterVec,
+    /// The `status_code="200"` counter, resolved ahead for the common case.
+    ok: IntCounter,
+    ttfc: [Histogram; 2],
+    latency: [Histogram; 2],
+    errors: [IntCounter; ERROR_KINDS.len()],
+    inflight: IntGauge,
+    share: Gauge,
+}
+
+fn slot(mode: Mode) -> usize {
+    match mode {
+        Mode::NonStreaming => 0,
+        Mode::Streaming => 1,
+    }
+}
+
+/// The three candidate label values plus one more.
+fn with_extra<'a>(labels: &'a [String; 3], extra: &'a str) -> [&'a str; 4] {
+    [&labels[0], &labels[1], &labels[2], extra]
+}
+
+fn histogram(name: &str, help: &str) -> Result<HistogramVec, prometheus::Error> {
+    let labels = [CANDIDATE_LABELS.as_slice(), &["stream"]].concat();
+    HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(BUCKETS.to_vec()),
+        &labels,
+    )
+}
+
+impl Metrics {
+    /// Registers every family and pre-creates the series of every configured alias × candidate.
+    pub fn new(catalog: &Catalog) -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "sturnus_requests_total",
+                "Responses relayed from providers, by status code.",
+            ),
+            &[CANDIDATE_LABELS.as_slice(), &["status_code"]].concat(),
+        )?;
+        let ttfc = histogram(
+            "sturnus_ttfc_seconds",
+            "Time from sending the request upstream to the first response chunk.",
+        )?;
+        let latency = histogram(
+            "sturnus_latency_seconds",
+            "Time from sending the request upstream to the last response byte.",
+        )?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "sturnus_errors_total",
+                "Transport failures that produced no provider response, by kind.",
+            ),
+            &[CANDIDATE_LABELS.as_slice(), &["kind"]].concat(),
+        )?;
+        let buffer_rejections = IntCounter::new(
+            "sturnus_buffer_rejections_total",
+            "Requests shed with 429 by the memory budget.",
+        )?;
+        let inflight = IntGaugeVec::new(
+            Opts::new(
+                "sturnus_inflight_requests",
+                "Requests in flight per candidate.",
+            ),
+            &CANDIDATE_LABELS,
+        )?;
+        let share = GaugeVec::new(
+            Opts::new(
+                "sturnus_routing_share",
+                "Each candidate's current share of its alias's traffic (0-1).",
+            ),
+            &CANDIDATE_LABELS,
+        )?;
+        let build_info = IntGaugeVec::new(
+            Opts::new("sturnus_build_info", "Always 1; the version is a label."),
+            &["version"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(ttfc.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(buffer_rejections.clone()))?;
+        registry.register(Box::new(inflight.clone()))?;
+        registry.register(Box::new(share.clone()))?;
+        registry.register(Box::new(build_info))?;
+
+        let mut aliases = Vec::with_capacity(catalog.aliases.len());
+        for alias in &catalog.aliases {
+            let candidates = alias
+                .candidates
+                .iter()
+                .map(|c| {
+                    let labels = [alias.name.clone(), c.provider.name.clone(), c.model.clone()];
+                    let l = |extra| with_extra(&labels, extra);
+                    let ok = requests.with_label_values(&l(PRECREATED_STATUS));
+                    let by_mode = |vec: &HistogramVec| {
+                        [Mode::NonStreaming, Mode::Streaming]
+                            .map(|m| vec.with_label_values(&l(stream_label(m))))
+                    };
+                    let base: Vec<&str> = labels.iter().map(String::as_str).collect();
+                    Arc::new(CandidateSeries {
+                        requests: requests.clone(),
+                        ok,
+                        ttfc: by_mode(&ttfc),
+                        latency: by_mode(&latency),
+                        errors: ERROR_KINDS.map(|k| errors.with_label_values(&l(k.as_str()))),
+                        inflight: inflight.with_label_values(&base),
+                        share: share.with_label_values(&base),
+                        labels: labels.clone(),
+                    })
+                })
+                .collect();
+            aliases.push(AliasSeries {
+                name: alias.name.clone(),
+                candidates,
+                routed: [AtomicU64::new(0), AtomicU64::new(0)],
+            });
+        }
+        let by_name = aliases
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.name.clone(), i))
+            .collect();
+        let metrics = Metrics {
+            registry,
+            buffer_rejections,
+            aliases,
+            by_name,
+        };
+        metrics.update_shares(catalog);
+        Ok(metrics)
+    }
+
+    /// Starts tracking one routed request to candidate `index` of `alias`: counts it in flight
+    /// until the returned handle drops. An unknown alias yields a handle that records nothing.
+    pub fn track(&self, alias: &str, index: usize, mode: Mode) -> Tracked {
+        let series = self.by_name.get(alias).and_then(|&i| {
+            let a = &self.aliases[i];
+            let s = a.candidates.get(index)?;
+            a.routed[slot(mode)].fetch_add(1, Relaxed);
+            s.inflight.inc();
+            Some(s.clone())
+        });
+        Tracked { series, mode }
+    }
+
+    /// Counts one request shed with 429 by the memory budget.
+    pub fn buffer_rejected(&self) {
+        self.buffer_rejections.inc();
+    }
+
+    /// Requests routed to `alias` so far, per mode; `None` for an unknown alias.
+    pub fn routed(&self, alias: &str) -> Option<(u64, u64)> {
+        let a = &self.aliases[*self.by_name.get(alias)?];
+        Some((a.routed[0].load(Relaxed), a.routed[1].load(Relaxed)))
+    }
+
+    /// Refreshes the share gauges: each candidate's share in each mode, weighted by how many of
+    /// the alias's requests were in that mode (the non-streaming shares before any traffic).
+    pub fn update_shares(&self, catalog: &Catalog) {
+        for alias in &catalog.aliases {
+            let Some(&i) = self.by_name.get(&alias.name) else {
+                continue;
+            };
+            let series = &self.aliases[i];
+            let ns = alias.shares(Mode::NonStreaming, &catalog.params);
+            let s = alias.shares(Mode::Streaming, &catalog.params);
+            let (n_ns, n_s) = (
+                series.routed[0].load(Relaxed) as f64,
+                series.routed[1].load(Relaxed) as f64,
+            );
+            let w_s = if n_ns + n_s > 0.0 {
+                n_s / (n_ns + n_s)
+            } else {
+                0.0
+            };
+            for (k, c) in series.candidates.iter().enumerate() {
+                let blended = (1.0 - w_s) * ns.get(k).copied().unwrap_or(0.0)
+                    + w_s * s.get(k).copied().unwrap_or(0.0);
+                c.share.set(blended);
+            }
+        }
+    }
+
+    /// The exposition text, with shares refreshed from the live routing state.
+    pub fn render(&self, catalog: &Catalog) -> Vec<u8> {
+        self.update_shares(catalog);
+        let mut out = Vec::with_capacity(16 * 1024);
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            log::error!("cannot encode metrics: {e}");
+        }
+        out
+    }
+}
+
+/// One routed request's metric handles; decrements the in-flight gauge when dropped.
+pub struct Tracked {
+    series: Option<Arc<CandidateSeries>>,
+    mode: Mode,
+}
+
+impl Tracked {
+    /// Observes the time to the first response chunk.
+    pub fn first_chunk(&self, seconds: f64) {
+        if let Some(s) = &self.series {
+            s.ttfc[slot(self.mode)].observe(seconds);
+        }
+    }
+
+    /// Counts a response relayed from the provider; `latency` is the time to its last byte
+    /// when the response completed.
+    pub fn response(&self, status: u16, latency: Option<f64>) {
+        let Some(s) = &self.series else {
+            return;
+        };
+        if status == 200 {
+            s.ok.inc();
+        } else {
+            let code = status.to_string();
+            let [alias, provider, model] = &s.labels;
+            s.requests
+                .with_label_values(&[alias.as_str(), provider.as_str(), model.as_str(), &code])
+                .inc();
+        }
+        if let Some(latency) = latency {
+            s.latency[slot(self.mode)].observe(latency);
+        }
+    }
+
+    /// Counts a transport failure that produced no provider response. Kinds outside
+    /// [`ERROR_KINDS`] are not transport failures and are not counted.
+    pub fn transport_error(&self, kind: ErrorKind) {
+        let Some(s) = &self.series else {
+            return;
+        };
+        if let Some(i) = ERROR_KINDS.iter().position(|k| *k == kind) {
+            s.errors[i].inc();
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(s) = &self.series {
+            s.inflight.dec();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn catalog() -> Catalog {
+        let text = r#"
+[provider.a]
+base_url = "http://127.0.0.1:9/v1"
+[provider.b]
+base_url = "http://127.0.0.1:10/v1"
+[model]
+fast = [{ provider = "a", model = "m1" }, { provider = "b", model = "m2" }]
+solo = [{ provider = "b", model = "m2" }]
+"#;
+        let config = Config::parse(text, &|_| None).unwrap();
+        Catalog::build(&config).unwrap()
+    }
+
+    fn text(m: &Metrics, c: &Catalog) -> String {
+        String::from_utf8(m.render(c)).unwrap()
+    }
+
+    #[test]
+    fn every_series_exists_at_zero_from_the_start() {
+        let c = catalog();
+        let m = Metrics::new(&c).unwrap();
+        let t = text(&m, &c);
+        for kind in ["connect", "timeout", "tls", "dns", "auth", "reset"] {
+            let line = format!(
+                "sturnus_errors_total{{alias=\"solo\",kind=\"{kind}\",model=\"m2\",provider=\"b\"}} 0"
+            );
+            assert!(t.contains(&line), "{line} missing in\n{t}");
+        }
+        assert!(t.contains("sturnus_buffer_rejections_total 0"));
+        assert!(t.contains(&format!(
+            "sturnus_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )));
+        assert!(t.contains(
+            "sturnus_ttfc_seconds_count{alias=\"fast\",model=\"m1\",provider=\"a\",stream=\"true\"} 0"
+        ));
+        assert!(t.contains(
+            "sturnus_requests_total{alias=\"fast\",model=\"m2\",provider=\"b\",status_code=\"200\"} 0"
+        ));
+        assert!(t.contains("sturnus_routing_share{alias=\"solo\",model=\"m2\",provider=\"b\"} 1"));
+        assert!(t.contains("sturnus_routing_share{alias=\"fast\",model=\"m1\",provider=\"a\"} 0.5"));
+    }
+
+    #[test]
+    fn tracked_requests_record_and_leave_the_inflight_gauge() {
+        let c = catalog();
+        let m = Metrics::new(&c).unwrap();
+        {
+            let t = m.track("fast", 1, Mode::Streaming);
+            assert!(text(&m, &c).contains(
+                "sturnus_inflight_requests{alias=\"fast\",model=\"m2\",provider=\"b\"} 1"
+            ));
+            t.first_chunk(0.03);
+            t.response(503, Some(0.2));
+            t.transport_error(ErrorKind::Status);
+        }
+        let unknown = m.track("nope", 0, Mode::Streaming);
+        unknown.response(200, None);
+        m.track("fast", 9, Mode::Streaming).response(200, None);
+        drop(unknown);
+        let t = text(&m, &c);
+        assert!(
+            t.contains("sturnus_inflight_requests{alias=\"fast\",model=\"m2\",provider=\"b\"} 0")
+        );
+        assert!(t.contains(
+            "sturnus_requests_total{alias=\"fast\",model=\"m2\",provider=\"b\",status_code=\"503\"} 1"
+        ));
+        assert!(t.contains(
+            "sturnus_ttfc_seconds_bucket{alias=\"fast\",model=\"m2\",provider=\"b\",stream=\"true\",le=\"0.05\"} 1"
+        ));
+        assert!(t.contains(
+            "sturnus_latency_seconds_bucket{alias=\"fast\",model=\"m2\",provider=\"b\",stream=\"true\",le=\"0.1\"} 0"
+        ));
+        assert!(!t.contains("nope"));
+        assert!(!t.contains("kind=\"status\""));
+        assert_eq!(m.routed("fast"), Some((0, 1)));
+        m.buffer_rejected();
+        assert!(text(&m, &c).contains("sturnus_buffer_rejections_total 1"));
+    }
+}

@@ -1,0 +1,381 @@
+//! The request header, read before Pingora parses it: one deadline for the whole header, a size
+//! cap, and framing checks, each refused with a JSON error and a closed connection.
+//!
+//! Pingora 0.9.1 reads the request header itself, before any `ProxyHttp` hook runs, with only a
+//! per-read timeout (a client dripping a byte every few seconds never trips it), a 1 MB size
+//! cap, an empty-bodied 400 for what it cannot parse, and it quietly accepts a request carrying
+//! both `Content-Length` and `Transfer-Encoding`. So this [`ServerApp`] sits in front of
+//! Pingora's HTTP/1.1 handling: for each request on a connection it reads bytes until the end
+//! of the header within `routing.header_timeout_secs`, checks them, and hands them to Pingora
+//! as an already-received prefix (`set_pipelined_prefix`), which Pingora parses without reading
+//! again. Everything after that — keep-alive, bodies, the proxy hooks — is Pingora's own code.
+
+use super::errors::ApiError;
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora_core::apps::{HttpServerApp, ServerApp};
+use pingora_core::protocols::http::ServerSession;
+use pingora_core::protocols::Stream;
+use pingora_core::server::ShutdownWatch;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+/// Largest request header accepted, in bytes (request line and all header lines).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Most header lines accepted (Pingora's own limit).
+pub const MAX_HEADERS: usize = 256;
+/// How long an idle keep-alive connection waits for its next request (Pingora's default).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+/// After refusing a request, how long unread bytes are drained before closing, so the client
+/// reads the answer instead of a connection reset.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Wraps Pingora's HTTP app `A` with the header deadline and checks.
+pub struct HeaderGuard<A> {
+    inner: Arc<A>,
+    timeout: Duration,
+}
+
+impl<A> HeaderGuard<A> {
+    /// Guards `inner`, allowing `timeout` to receive each request header.
+    pub fn new(inner: A, timeout: Duration) -> Self {
+        HeaderGuard {
+            inner: Arc::new(inner),
+            timeout,
+        }
+    }
+}
+
+/// What reading one request header came to.
+#[derive(Debug)]
+enum Head {
+    /// A complete, acceptable header (possibly followed by body bytes already read).
+    Ready(BytesMut),
+    /// The client closed, went idle between requests, or the server is shutting down.
+    Gone,
+    /// Refused: answer this and close.
+    Refused(ApiError),
+}
+
+#[async_trait]
+impl<A> ServerApp for HeaderGuard<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let mut settings = None;
+        let mut fresh = true;
+        loop {
+            let head = read_head(&mut stream, fresh, self.timeout, shutdown).await;
+            let prefix = match head {
+                Head::Ready(prefix) => prefix,
+                Head::Gone => return None,
+                Head::Refused(err) => {
+                    log::debug!("refused a request header: {}", err.message);
+                    refuse(stream, &err).await;
+                    return None;
+                }
+            };
+            let mut session = ServerSession::new_http1(stream);
+            match settings.take() {
+                Some(settings) => {
+                    pingora_core::apps::HttpPersistentSettings::apply_to_session(
+                        settings,
+                        &mut session,
+                    );
+                }
+                None => {
+                    // What Pingora does for a new HTTP/1.1 connection.
+                    let keepalive = (!*shutdown.borrow()).then_some(KEEPALIVE_IDLE.as_secs());
+                    session.set_keepalive(keepalive);
+                    session.set_keepalive_reuses_remaining(
+                        self.inner
+                            .server_options()
+                            .and_then(|o| o.keepalive_request_limit),
+                    );
+                }
+            }
+            session.set_pipelined_prefix(prefix);
+            let reused = self.inner.process_new_http(session, shutdown).await?;
+            let (next, next_settings) = reused.consume();
+            stream = next;
+            settings = next_settings;
+            fresh = false;
+        }
+    }
+
+    async fn cleanup(&self) {
+        self.inner.http_cleanup().await;
+    }
+}
+
+/// Reads one request header. On a reused connection the wait for its first byte is the
+/// keep-alive idle time (silently closed when it passes); the header deadline runs from that
+/// first byte, or from the accept on a new connection.
+async fn read_head(
+    stream: &mut Stream,
+    fresh: bool,
+    timeout: Duration,
+    shutdown: &ShutdownWatch,
+) -> Head {
+    let mut buf = BytesMut::with_capacity(4096);
+    if !fresh {
+        let first = tokio::select! {
+            biased;
+            r = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)) => r,
+            _ = shutting_down(shutdown) => return Head::Gone,
+        };
+        match first {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Head::Gone,
+        }
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        match examine(&buf) {
+            Examined::Complete => return Head::Ready(buf),
+            Examined::Refuse(err) => return Head::Refused(err),
+            Examined::Partial => {}
+        }
+        if buf.len() > MAX_HEADER_BYTES {
+            let detail = format!("more than {MAX_HEADER_BYTES} bytes");
+            return Head::Refused(ApiError::headers_too_large(&detail));
+        }
+        buf.reserve(4096);
+        let read = tokio::select! {
+            biased;
+            r = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)) => r,
+            _ = shutting_down(shutdown) => return Head::Gone,
+        };
+        match read {
+            Err(_elapsed) => return Head::Refused(ApiError::request_timeout("header", timeout)),
+            Ok(Ok(0)) | Ok(Err(_)) => return Head::Gone,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Resolves once the server starts shutting down (never, if the watch is gone).
+async fn shutting_down(shutdown: &ShutdownWatch) {
+    let mut watch = shutdown.clone();
+    if watch.wait_for(|down| *down).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The verdict on the bytes received so far.
+#[derive(Debug)]
+enum Examined {
+    /// The header is complete and acceptable.
+    Complete,
+    /// More bytes are needed.
+    Partial,
+    /// The header is unacceptable.
+    Refuse(ApiError),
+}
+
+/// Parses what has arrived the way Pingora will (httparse, default settings) and applies
+/// sturnus's stricter rules.
+fn examine(buf: &[u8]) -> Examined {
+    match parse(buf) {
+        // An illegal character in the request target: Pingora percent-escapes it and parses
+        // again, so judge the escaped form (Pingora is then handed the original bytes).
+        Err(httparse::Error::Token | httparse::Error::Version) => {
+            if !buf.contains(&b'\n') {
+                return Examined::Partial;
+            }
+            match escape_request_target(buf) {
+                Some(escaped) => match parse(&escaped) {
+                    Err(httparse::Error::Token | httparse::Error::Version) => {
+                        Examined::Refuse(ApiError::malformed_http("invalid request line"))
+                    }
+                    other => verdict(other, &escaped),
+                },
+                None => Examined::Refuse(ApiError::malformed_http("invalid request line")),
+            }
+        }
+        other => verdict(other, buf),
+    }
+}
+
+/// Runs httparse over `buf` the way Pingora does (default settings, Pingora's header count).
+fn parse(buf: &[u8]) -> httparse::Result<usize> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    httparse::Request::new(&mut headers).parse(buf)
+}
+
+/// The verdict for one parse result of `buf`.
+fn verdict(parsed: httparse::Result<usize>, buf: &[u8]) -> Examined {
+    let end = match parsed {
+        Ok(httparse::Status::Complete(end)) => end,
+        Ok(httparse::Status::Partial) => return Examined::Partial,
+        Err(httparse::Error::TooManyHeaders) => {
+            let detail = format!("more than {MAX_HEADERS} header lines");
+            return Examined::Refuse(ApiError::headers_too_large(&detail));
+        }
+        Err(e) => return Examined::Refuse(ApiError::malformed_http(&e.to_string())),
+    };
+    if end > MAX_HEADER_BYTES {
+        let detail = format!("more than {MAX_HEADER_BYTES} bytes");
+        return Examined::Refuse(ApiError::headers_too_large(&detail));
+    }
+    let header = &buf[..end];
+    if has_field(header, b"content-length") && has_field(header, b"transfer-encoding") {
+        return Examined::Refuse(ApiError::malformed_http(
+            "both Content-Length and Transfer-Encoding are present",
+        ));
+    }
+    Examined::Complete
+}
+
+/// Pingora's rescue of a request line with illegal target bytes: when the line reads
+/// `WORD SP target SP HTTP/digit`, the target's controls, spaces, `<`, `>` and `"` are
+/// percent-escaped. `None` when the first line does not have that shape.
+fn escape_request_target(buf: &[u8]) -> Option<Vec<u8>> {
+    let line_end = buf.iter().position(|b| *b == b'\n')?;
+    let line = &buf[..line_end];
+    let method_end = line.iter().position(|b| *b == b' ')?;
+    let word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    if method_end == 0 || !line[..method_end].iter().all(word) {
+        return None;
+    }
+    let rest = &line[method_end + 1..];
+    let version = rest.windows(6).rposition(|w| w == b" HTTP/")?;
+    if version == 0 || !rest.get(version + 6).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(buf.len() + 32);
+    out.extend_from_slice(&buf[..=method_end]);
+    for &b in &rest[..version] {
+        if b < 0x20 || b == 0x7f || matches!(b, b' ' | b'<' | b'>' | b'"') {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+    out.extend_from_slice(&rest[version..]);
+    out.extend_from_slice(&buf[line_end..]);
+    Some(out)
+}
+
+/// Whether a header line (after the request line) names the field `name` (case-insensitive).
+fn has_field(header: &[u8], name: &[u8]) -> bool {
+    header.split(|b| *b == b'\n').skip(1).any(|line| {
+        line.len() > name.len()
+            && line[..name.len()].eq_ignore_ascii_case(name)
+            && line[name.len()..]
+                .iter()
+                .find(|b| !matches!(b, b' ' | b'\t'))
+                .is_some_and(|b| *b == b':')
+    })
+}
+
+/// Writes `err` as a complete HTTP/1.1 answer with `Connection: close`, then drains what the
+/// client still sends for a moment before closing, so it reads the answer rather than a reset.
+async fn refuse(mut stream: Stream, err: &ApiError) {
+    let body = err.to_json();
+    let reason = http::StatusCode::from_u16(err.status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error");
+    let mut out = format!(
+        "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        err.status,
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&body);
+    if stream.write_all(&out).await.is_err() || stream.flush().await.is_err() {
+        return;
+    }
+    let _ = AsyncWriteExt::shutdown(&mut stream).await;
+    let mut sink = vec![0u8; 16 * 1024];
+    let _ = tokio::time::timeout(LINGER, async {
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &[u8]) -> Result<bool, u16> {
+        match examine(text) {
+            Examined::Complete => Ok(true),
+            Examined::Partial => Ok(false),
+            Examined::Refuse(e) => Err(e.status),
+        }
+    }
+
+    #[test]
+    fn complete_partial_and_with_body_bytes() {
+        assert_eq!(
+            check(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Ok(true)
+        );
+        assert_eq!(
+            check(b"POST /v1/chat/completions HTTP/1.1\r\nHo"),
+            Ok(false)
+        );
+        assert_eq!(check(b""), Ok(false));
+        assert_eq!(
+            check(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn conflicting_framing_is_refused_in_any_case_and_spacing() {
+        for text in [
+            &b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\nCONTENT-LENGTH: 5\r\n\r\n",
+        ] {
+            assert_eq!(check(text), Err(400), "{}", String::from_utf8_lossy(text));
+        }
+        // A field that merely starts with the name is something else.
+        assert_eq!(
+            check(b"POST / HTTP/1.1\r\nContent-Length-X: 5\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn garbage_is_malformed_and_too_many_headers_is_431() {
+        assert_eq!(check(b"\x00\x01\x02 nonsense\r\n\r\n"), Err(400));
+        assert_eq!(check(b"POST / HTTP/1.1\r\nBad Header\r\n\r\n"), Err(400));
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..=MAX_HEADERS {
+            many.extend_from_slice(format!("x-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(check(&many), Err(431));
+        let big = format!(
+            "GET / HTTP/1.1\r\nx: {}\r\n\r\n",
+            "a".repeat(MAX_HEADER_BYTES)
+        );
+        assert_eq!(check(big.as_bytes()), Err(431));
+    }
+
+    #[test]
+    fn illegal_request_targets_are_judged_as_pingora_escapes_them() {
+        assert_eq!(check(b"GET /a b\"c HTTP/1.1\r\nHost: x\r\n"), Ok(false));
+        assert_eq!(
+            check(b"GET /a b\"c<> HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Ok(true)
+        );
+        assert_eq!(check(b"GET /a HTTX/1.1\r\nHost: x\r\n\r\n"), Err(400));
+        assert_eq!(
+            escape_request_target(b"GET /a b\"c HTTP/1.1\r\n").unwrap(),
+            b"GET /a%20b%22c HTTP/1.1\r\n".to_vec()
+        );
+        assert_eq!(escape_request_target(b"\x00\x01 x HTTP/1.1\r\n"), None);
+        assert_eq!(escape_request_target(b"GET /x\r\n"), None);
+    }
+}

@@ -1,0 +1,310 @@
+//! `sturnus simulate`: a deterministic discrete-event simulator that measures routing quality.
+//!
+//! Simulated sidecars send requests through routing strategies to modelled providers, in
+//! virtual time with seeded randomness, so a seed always gives the same figures. sturnus's own
+//! strategy runs the real [`crate::routing`] code (tracker, selector, seeded
+//! [`crate::routing::SplitMix64`], virtual timestamps), side by side with the usual
+//! alternatives. See `docs/routing.md` for the model and the results.
+//!
+//! - [`clock`]: virtual time and the event queue.
+//! - [`provider`] / [`queueing`]: provider models (latency jitter, incidents, capacity).
+//! - [`strategy`] / [`sturnus`]: the contenders.
+//! - [`scenario`]: the five scenarios.
+//! - [`engine`]: the event loop with client retries.
+//! - [`metrics`], [`report`], [`chart`]: figures, tables and SVG charts.
+
+pub mod chart;
+pub mod clock;
+pub mod engine;
+pub mod metrics;
+pub mod provider;
+pub mod queueing;
+pub mod report;
+pub mod scenario;
+pub mod strategy;
+pub mod sturnus;
+
+use report::Report;
+use scenario::{Scenario, Size};
+use std::path::PathBuf;
+use sturnus::Variant;
+
+/// Flags of `sturnus simulate`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimulateArgs {
+    /// Seed every random draw derives from (same seed, same figures).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Directory for the SVG charts and results.md/results.json (e.g. docs/routing).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Run only this scenario (repeatable): step, outage, flaky, rate-limited, herd.
+    #[arg(long = "scenario", value_name = "NAME")]
+    pub scenarios: Vec<String>,
+    /// Smaller configuration (fewer sidecars, shorter herd) for tests.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the report as JSON instead of markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit with status 2 when a target is missed.
+    #[arg(long)]
+    pub check: bool,
+    /// Run the "sturnus" contender with this exploit_k instead of the default (what-ifs).
+    #[arg(long, value_name = "K")]
+    pub exploit_k: Option<f64>,
+    /// Run the "sturnus" contender with this ewma_alpha instead of the default.
+    #[arg(long, value_name = "ALPHA")]
+    pub ewma_alpha: Option<f64>,
+    /// Run the "sturnus" contender without the waiting-age signal.
+    #[arg(long)]
+    pub no_wait_age: bool,
+    /// Run the "sturnus" contender ignoring Retry-After.
+    #[arg(long)]
+    pub no_retry_after: bool,
+}
+
+impl SimulateArgs {
+    /// The "sturnus" contender these flags describe; `Err` names a parameter out of range.
+    pub fn variant(&self) -> Result<Variant, String> {
+        let mut v = Variant::current();
+        if let Some(k) = self.exploit_k {
+            v.params.exploit_k = k;
+        }
+        if let Some(a) = self.ewma_alpha {
+            v.params.ewma_alpha = a;
+        }
+        v.params.check().map_err(str::to_string)?;
+        v.wait_age &= !self.no_wait_age;
+        v.retry_after &= !self.no_retry_after;
+        Ok(v)
+    }
+}
+
+/// Runs the selected scenarios for every contender and builds the report.
+pub fn simulate(
+    seed: u64,
+    names: &[String],
+    size: Size,
+    current: Variant,
+) -> Result<(Report, Vec<ScenarioRun>), String> {
+    let names: Vec<&str> = if names.is_empty() {
+        scenario::SCENARIOS.to_vec()
+    } else {
+        names.iter().map(String::as_str).collect()
+    };
+    let scenarios: Vec<Scenario> = names
+        .iter()
+        .map(|n| {
+            scenario::scenario(n, size).ok_or_else(|| {
+                format!(
+                    "unknown scenario {n:?} (expected one of {})",
+                    scenario::SCENARIOS.join(", ")
+                )
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let contenders = scenario::contenders(current);
+    let jobs: Vec<(usize, usize)> = (0..scenarios.len())
+        .flat_map(|s| (0..contenders.len()).map(move |c| (s, c)))
+        .collect();
+    let results = run_jobs(&jobs, |&(s, c)| {
+        let sc = &scenarios[s];
+        // Same seed per scenario for every contender: common random numbers.
+        let log = engine::run(sc, contenders[c], engine::derive(seed, s as u64));
+        metrics::figures(sc, &log)
+    });
+    let mut runs = Vec::new();
+    let mut reports = Vec::new();
+    for (s, sc) in scenarios.iter().enumerate() {
+        let figs: Vec<(String, metrics::Figures)> = jobs
+            .iter()
+            .zip(&results)
+            .filter(|((js, _), _)| *js == s)
+            .map(|((_, c), f)| (contenders[*c].label().to_string(), f.clone()))
+            .collect();
+        runs.push(ScenarioRun {
+            scenario: sc.clone(),
+            series: figs
+                .iter()
+                .map(|(l, f)| (l.clone(), f.series.clone()))
+                .collect(),
+            zoom: figs
+                .iter()
+                .filter_map(|(l, f)| Some((l.clone(), f.zoom.clone()?)))
+                .collect(),
+        });
+        reports.push(report::scenario_report(sc, figs));
+    }
+    Ok((
+        Report {
+            seed,
+            quick: size == Size::Quick,
+            sturnus: current.describe(),
+            scenarios: reports,
+        },
+        runs,
+    ))
+}
+
+/// A scenario with each contender's share series (what the charts draw).
+#[derive(Debug, Clone)]
+pub struct ScenarioRun {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// `(contender label, share series)`.
+    pub series: Vec<(String, metrics::Series)>,
+    /// The herd's zoomed series (empty for other scenarios).
+    pub zoom: Vec<(String, metrics::Series)>,
+}
+
+/// Runs `f` over `jobs` on all cores; results come back in job order (so threads never change
+/// the figures).
+fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(job) = jobs.get(i) else { break };
+                        mine.push((i, f(job)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+/// `sturnus simulate`: runs, prints the table (or JSON), writes charts; returns the exit code.
+pub fn main(args: &SimulateArgs) -> i32 {
+    let size = if args.quick { Size::Quick } else { Size::Full };
+    let run = args
+        .variant()
+        .and_then(|v| simulate(args.seed, &args.scenarios, size, v));
+    let (report, runs) = match run {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sturnus simulate: {e}");
+            return 1;
+        }
+    };
+    let markdown = report::markdown(&report);
+    let json = match serde_json::to_string_pretty(&report) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("sturnus simulate: {e}");
+            return 1;
+        }
+    };
+    if let Some(dir) = &args.out {
+        if let Err(e) = write_out(dir, &markdown, &json, &runs) {
+            eprintln!("sturnus simulate: {e}");
+            return 1;
+        }
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print!("{markdown}");
+    }
+    if args.check && !report.all_pass() {
+        return 2;
+    }
+    0
+}
+
+/// Writes results.md, results.json, one `<scenario>.svg` per scenario and `herd-zoom.svg`
+/// into `dir`.
+fn write_out(
+    dir: &std::path::Path,
+    markdown: &str,
+    json: &str,
+    runs: &[ScenarioRun],
+) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    write("results.md", markdown)?;
+    write("results.json", json)?;
+    for run in runs {
+        let path = dir.join(format!("{}.svg", run.scenario.name));
+        chart::share_chart(&path, &run.scenario, "traffic share over time", &run.series)?;
+        if !run.zoom.is_empty() {
+            let path = dir.join(format!("{}-zoom.svg", run.scenario.name));
+            let what = "one minute of the second half, half-second bins";
+            chart::share_chart(&path, &run.scenario, what, &run.zoom)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_figures() {
+        let names = vec!["outage".to_string()];
+        let a = simulate(5, &names, Size::Quick, Variant::current()).map(|r| r.0);
+        let b = simulate(5, &names, Size::Quick, Variant::current()).map(|r| r.0);
+        assert!(a.is_ok());
+        assert_eq!(a, b);
+        let c = simulate(6, &names, Size::Quick, Variant::current()).map(|r| r.0);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn unknown_scenario_is_an_error() {
+        let r = simulate(1, &["nope".to_string()], Size::Quick, Variant::current());
+        assert!(r.is_err_and(|e| e.contains("unknown scenario \"nope\"")));
+    }
+
+    #[test]
+    fn what_if_flags_shape_the_variant() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SimulateArgs,
+        }
+        let cli = Cli::parse_from([
+            "x",
+            "--exploit-k",
+            "3",
+            "--ewma-alpha",
+            "0.3",
+            "--no-wait-age",
+        ]);
+        let v = cli.args.variant();
+        assert!(v.is_ok_and(|v| v.params.exploit_k == 3.0
+            && v.params.ewma_alpha == 0.3
+            && !v.wait_age
+            && v.retry_after));
+        let bad = Cli::parse_from(["x", "--ewma-alpha", "0"]);
+        assert!(bad.args.variant().is_err_and(|e| e.contains("ewma_alpha")));
+    }
+
+    #[test]
+    fn jobs_keep_order() {
+        let jobs: Vec<u64> = (0..50).collect();
+        assert_eq!(
+            run_jobs(&jobs, |j| j * 2),
+            (0..50).map(|j| j * 2).collect::<Vec<_>>()
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! The comparison table (markdown and JSON) and the target checks.
+
+use super::metrics::{Figures, Herd};
+use super::scenario::Scenario;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// Label of the contender the targets apply to.
+pub const SUBJECT: &str = "sturnus";
+
+/// One contender's figures in one scenario.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// Contender label.
+    pub strategy: String,
+    /// Mean latency divided by the oracle's.
+    pub mean_vs_oracle: f64,
+    /// p95 latency divided by the oracle's.
+    pub p95_vs_oracle: f64,
+    /// Everything measured.
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
+/// A target from the issue, checked against one contender's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Target {
+    /// Contender it applies to.
+    pub strategy: String,
+    /// What is required.
+    pub what: String,
+    /// What was measured.
+    pub value: String,
+    /// True when met.
+    pub pass: bool,
+}
+
+/// One scenario's rows and targets.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScenarioReport {
+    /// Command-line name.
+    pub name: String,
+    /// Description.
+    pub title: String,
+    /// Provider names with median latencies.
+    pub providers: Vec<String>,
+    /// Sidecars simulated.
+    pub sidecars: usize,
+    /// Requests per sidecar.
+    pub requests_per_sidecar: u64,
+    /// One row per contender.
+    pub rows: Vec<Row>,
+    /// Targets checked in this scenario.
+    pub targets: Vec<Target>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Seed everything derives from.
+    pub seed: u64,
+    /// True for the reduced `--quick` configuration.
+    pub quick: bool,
+    /// How the "sturnus" contender was configured.
+    pub sturnus: String,
+    /// Per scenario.
+    pub scenarios: Vec<ScenarioReport>,
+}
+
+impl Report {
+    /// True when every target holds.
+    pub fn all_pass(&self) -> bool {
+        self.scenarios
+            .iter()
+            .flat_map(|s| &s.targets)
+            .all(|t| t.pass)
+    }
+}
+
+/// Builds a scenario's report from each contender's figures (the oracle among them).
+pub fn scenario_report(scenario: &Scenario, results: Vec<(String, Figures)>) -> ScenarioReport {
+    let oracle = results
+        .iter()
+        .find(|(l, _)| l == "oracle")
+        .map(|(_, f)| (f.mean_ms, f.p95_ms));
+    let rows: Vec<Row> = results
+        .into_iter()
+        .map(|(strategy, figures)| {
+            let (om, op) = oracle.unwrap_or((figures.mean_ms, figures.p95_ms));
+            Row {
+                strategy,
+                mean_vs_oracle: figures.mean_ms / om.max(f64::MIN_POSITIVE),
+                p95_vs_oracle: figures.p95_ms / op.max(f64::MIN_POSITIVE),
+                figures,
+            }
+        })
+        .collect();
+    let targets = targets(scenario, &rows);
+    ScenarioReport {
+        name: scenario.name.to_string(),
+        title: scenario.title.to_string(),
+        providers: scenario
+            .providers
+            .iter()
+            .map(|p| format!("{} ({} ms)", p.name, p.median_ms))
+            .collect(),
+        sidecars: scenario.sidecars,
+        requests_per_sidecar: scenario.duration / scenario.period.max(1),
+        rows,
+        targets,
+    }
+}
+
+/// Requests count as text: a number or "never".
+fn count(c: Option<usize>) -> String {
+    c.map_or_else(|| "never".to_string(), |c| c.to_string())
+}
+
+fn target(strategy: &str, what: &str, value: String, pass: bool) -> Target {
+    Target {
+        strategy: strategy.to_string(),
+        what: what.to_string(),
+        value,
+        pass,
+    }
+}
+
+/// The issue's targets for this scenario.
+fn targets(scenario: &Scenario, rows: &[Row]) -> Vec<Target> {
+    let mut out = Vec::new();
+    let Some(me) = rows.iter().find(|r| r.strategy == SUBJECT) else {
+        return out;
+    };
+    let f = &me.figures;
+    let recovery = |out: &mut Vec<Target>| {
+        if let Some(rec) = f.recovery_requests {
+            out.push(target(
+                SUBJECT,
+                "the recovered provider holds the majority again within 500 requests",
+                count(rec),
+                rec.is_some_and(|r| r <= 500),
+            ));
+        }
+    };
+    match scenario.name {
+        "step" => {
+            out.push(target(
+                SUBJECT,
+                "mean latency during the slowdown <= 1.2 x oracle",
+                format!("{:.3} x", me.mean_vs_oracle),
+                me.mean_vs_oracle <= 1.2,
+            ));
+            let others = ["round-robin", "random", "p2c-peak-ewma"];
+            let worst_other = rows
+                .iter()
+                .filter(|r| others.contains(&r.strategy.as_str()))
+                .map(|r| (r.strategy.as_str(), r.figures.mean_ms))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            if let Some((name, ms)) = worst_other {
+                out.push(target(
+                    SUBJECT,
+                    "mean latency during the slowdown lower than round-robin, random and p2c",
+                    format!("{:.0} ms vs best of them {name} {ms:.0} ms", f.mean_ms),
+                    f.mean_ms < ms,
+                ));
+            }
+            if let Some(sw) = f.switch_requests {
+                out.push(target(
+                    SUBJECT,
+                    ">= 90% of traffic off the slowed provider within 50 requests",
+                    count(sw),
+                    sw.is_some_and(|s| s <= 50),
+                ));
+            }
+            recovery(&mut out);
+            if let Some(greedy) = rows.iter().find(|r| r.strategy == "lowest-avg-10") {
+                let rec = greedy.figures.recovery_requests.flatten();
+                out.push(target(
+                    "lowest-avg-10",
+                    "a strategy without probing never recovers (shown, not required of sturnus)",
+                    count(rec),
+                    rec.is_none(),
+                ));
+            }
+        }
+        "outage" | "rate-limited" => {
+            if let Some(share) = f.bad_share {
+                out.push(target(
+                    SUBJECT,
+                    if scenario.name == "outage" {
+                        "<= 2% of requests reach the dead provider once it has failed a few times"
+                    } else {
+                        "<= 2% of requests reach the rate-limited provider once it has answered 429 a few times"
+                    },
+                    format!("{:.2}%", share * 100.0),
+                    share <= 0.02,
+                ));
+            }
+            recovery(&mut out);
+        }
+        "herd" => {
+            if let Some(h) = &f.herd {
+                out.push(target(
+                    SUBJECT,
+                    "herd shares settle: std of a (median) sidecar's share over the second half <= 0.1",
+                    format!(
+                        "median sidecar {:.3} (worst of {} {:.3})",
+                        h.sidecar_std_median, scenario.sidecars, h.sidecar_std_max
+                    ),
+                    settles(h),
+                ));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Largest standard deviation of a sidecar's share that still counts as settled.
+pub const SETTLED_STD: f64 = 0.1;
+
+/// The issue's herd criterion: the median sidecar's share varies by at most [`SETTLED_STD`].
+pub fn settles(h: &Herd) -> bool {
+    h.sidecar_std_median <= SETTLED_STD
+}
+
+/// Table verdict: also says when sidecars settle but the fleet as a whole still swings faster
+/// than one sidecar's requests can show.
+pub fn verdict(h: &Herd) -> &'static str {
+    match (settles(h), h.fleet_std <= SETTLED_STD) {
+        (true, true) => "settles",
+        (true, false) => "sidecars settle, fleet swings",
+        (false, _) => "oscillates",
+    }
+}
+
+/// Percentage text.
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+/// Optional figure text ("-" when it does not apply).
+fn opt<T>(x: Option<T>, f: impl Fn(T) -> String) -> String {
+    x.map_or_else(|| "-".to_string(), f)
+}
+
+/// The report as markdown: one table per scenario, then its targets.
+pub fn markdown(report: &Report) -> String {
+    let mut s = String::new();
+    let size = if report.quick { "quick" } else { "full" };
+    let _ = writeln!(
+        s,
+        "# sturnus routing simulation (seed {}, {size} run)\n",
+        report.seed
+    );
+    let _ = writeln!(
+        s,
+        "\"sturnus\": {}. \"sturnus (seed)\": exploit_k 3, ewma_alpha 0.3, no waiting age, Retry-After ignored.\n",
+        report.sturnus
+    );
+    for sc in &report.scenarios {
+        let _ = writeln!(s, "## {}\n", sc.title);
+        let _ = writeln!(
+            s,
+            "Providers: {}. {} sidecars x {} requests.\n",
+            sc.providers.join(", "),
+            sc.sidecars,
+            sc.requests_per_sidecar
+        );
+        if sc.name == "herd" {
+            s.push_str("| strategy | mean ms | x oracle | p95 ms | x oracle | sidecar share std, 1 s (median / worst) | fleet share std, 0.25 s | mean shares | verdict |\n");
+            s.push_str("|---|---:|---:|---:|---:|---:|---:|---|---|\n");
+            for r in &sc.rows {
+                let f = &r.figures;
+                let Some(h) = &f.herd else { continue };
+                let shares: Vec<String> = h.mean_shares.iter().map(|x| pct(*x)).collect();
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.3} / {:.3} | {:.3} | {} | {} |",
+                    r.strategy,
+                    f.mean_ms,
+                    r.mean_vs_oracle,
+                    f.p95_ms,
+                    r.p95_vs_oracle,
+                    h.sidecar_std_median,
+                    h.sidecar_std_max,
+                    h.fleet_std,
+                    shares.join(" / "),
+                    verdict(h)
+                );
+            }
+        } else {
+            s.push_str("| strategy | mean ms | x oracle | p95 ms | x oracle | failed | off affected (req) | new best 90% (req) | share to affected | majority back (req) |\n");
+            s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+            for r in &sc.rows {
+                let f = &r.figures;
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2}% | {} | {} | {} | {} |",
+                    r.strategy,
+                    f.mean_ms,
+                    r.mean_vs_oracle,
+                    f.p95_ms,
+                    r.p95_vs_oracle,
+                    f.failed_pct,
+                    opt(f.switch_requests, count),
+                    opt(f.new_best_requests, count),
+                    opt(f.bad_share, |x| format!("{:.2}%", x * 100.0)),
+                    opt(f.recovery_requests, count),
+                );
+            }
+        }
+        if !sc.targets.is_empty() {
+            s.push('\n');
+            for t in &sc.targets {
+                let mark = if t.pass { "met" } else { "MISSED" };
+                let _ = writeln!(s, "- **{mark}** ({}) {}: {}", t.strategy, t.what, t.value);
+            }
+        }
+        s.push('\n');
+    }
+    s
+}

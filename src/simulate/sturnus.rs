@@ -1,0 +1,193 @@
+//! sturnus's own strategy, driven through the real routing code.
+//!
+//! Nothing here re-implements routing: each simulated sidecar owns one real
+//! [`CandidateStats`] per provider, picks with [`routing::choose_at`] at the virtual time and a
+//! seeded [`SplitMix64`], holds real in-flight (and waiting) guards while an attempt is
+//! outstanding, and records results through the same tracker calls the proxy's relay makes,
+//! stamped with virtual time. A [`Variant`] says which of those calls it makes, so the seed's
+//! behaviour and the current one run side by side.
+
+use super::clock::{Micros, MS, SEC};
+use super::provider::{Providers, Reply, Response};
+use super::strategy::Strategy;
+use crate::routing::{
+    self, CandidateStats, ErrorKind, Mode, Outcome, OwnedInflightGuard, RoutingParams, SplitMix64,
+    WaitGuard,
+};
+use std::sync::Arc;
+
+/// The mode every simulated request uses (a single latency series is enough for routing).
+const MODE: Mode = Mode::NonStreaming;
+
+/// Which tracker calls a sturnus sidecar makes, and with which parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Variant {
+    /// Label in tables and charts.
+    pub label: &'static str,
+    /// Routing parameters.
+    pub params: RoutingParams,
+    /// Sent requests are tracked until their first chunk ([`CandidateStats::begin_wait`]),
+    /// so the age of those still waiting counts towards latency.
+    pub wait_age: bool,
+    /// A `Retry-After` backs the candidate off ([`CandidateStats::back_off_until`]).
+    pub retry_after: bool,
+}
+
+impl Variant {
+    /// The seed: `exploit_k` 3, `ewma_alpha` 0.3, no waiting-age tracking, `Retry-After`
+    /// ignored (the seed's relay records latency and outcome only).
+    pub const SEED: Variant = Variant {
+        label: "sturnus (seed)",
+        params: RoutingParams {
+            ewma_alpha: 0.3,
+            exploit_k: 3.0,
+            probe_floor: 0.01,
+            error_threshold: 0.5,
+        },
+        wait_age: false,
+        retry_after: false,
+    };
+
+    /// One line saying how this variant routes.
+    pub fn describe(&self) -> String {
+        let on = |b: bool| if b { "on" } else { "off" };
+        format!(
+            "exploit_k {}, ewma_alpha {}, probe_floor {}, waiting age {}, Retry-After {}",
+            self.params.exploit_k,
+            self.params.ewma_alpha,
+            self.params.probe_floor,
+            on(self.wait_age),
+            on(self.retry_after)
+        )
+    }
+
+    /// The current defaults with every tracker signal in use.
+    pub fn current() -> Variant {
+        Variant {
+            label: "sturnus",
+            params: RoutingParams::default(),
+            wait_age: true,
+            retry_after: true,
+        }
+    }
+}
+
+/// One sidecar running sturnus's routing over `n` candidates.
+#[derive(Debug)]
+pub struct Sturnus {
+    stats: Vec<Arc<CandidateStats>>,
+    inflight: Vec<Vec<OwnedInflightGuard>>,
+    waiting: Vec<Vec<WaitGuard>>,
+    variant: Variant,
+}
+
+impl Sturnus {
+    /// Fresh (all cold) candidates routed as `variant` says.
+    pub fn new(n: usize, variant: Variant) -> Self {
+        let n = n.max(1);
+        Self {
+            stats: (0..n).map(|_| Arc::new(CandidateStats::new())).collect(),
+            inflight: (0..n).map(|_| Vec::new()).collect(),
+            waiting: (0..n).map(|_| Vec::new()).collect(),
+            variant,
+        }
+    }
+
+    /// The live statistics (for tests and share snapshots).
+    pub fn stats(&self) -> &[Arc<CandidateStats>] {
+        &self.stats
+    }
+}
+
+impl Strategy for Sturnus {
+    fn pick(&mut self, now: Micros, rng: &mut SplitMix64, _world: &Providers) -> usize {
+        let params = &self.variant.params;
+        routing::choose_at(&self.stats, MODE, None, params, now, rng).map_or(0, |c| c.index)
+    }
+
+    fn started(&mut self, p: usize, now: Micros) {
+        let stats = &self.stats[p];
+        self.inflight[p].push(stats.begin_owned());
+        if self.variant.wait_age {
+            self.waiting[p].push(stats.begin_wait(MODE, now));
+        }
+    }
+
+    fn finished(&mut self, p: usize, now: Micros, response: &Response) {
+        // The first chunk is here: this attempt stops waiting (it started `latency` ago) and,
+        // as every attempt's answer is its only chunk here, stops being in flight.
+        let sent = now.saturating_sub(response.latency);
+        let waiting = &mut self.waiting[p];
+        if let Some(i) = waiting.iter().position(|g| g.sent_us() == sent) {
+            drop(waiting.swap_remove(i));
+        }
+        drop(self.inflight[p].pop());
+        let stats = &self.stats[p];
+        let alpha = self.variant.params.ewma_alpha;
+        let (status, retry_after_s) = match response.reply {
+            Reply::Ok => (200, None),
+            Reply::Status {
+                code,
+                retry_after_s,
+            } => (code, retry_after_s),
+        };
+        // As relay::body_chunk: the first chunk of any response, error bodies included.
+        stats.record_latency(MODE, response.latency as f64, alpha);
+        // As relay::finish.
+        match Outcome::from_status(status) {
+            Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, alpha),
+            outcome => stats.record_outcome(outcome, alpha),
+        }
+        if let (true, Some(secs)) = (self.variant.retry_after, retry_after_s) {
+            stats.back_off_until(now + secs * SEC);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::provider::ProviderSpec;
+    use super::*;
+
+    fn limited(latency: Micros) -> Response {
+        Response {
+            latency,
+            reply: Reply::Status {
+                code: 429,
+                retry_after_s: Some(3),
+            },
+        }
+    }
+
+    #[test]
+    fn seed_variant_records_like_the_seed_relay() {
+        let w = Providers::new(&[ProviderSpec::new("a", 1.0)], 1);
+        let mut s = Sturnus::new(2, Variant::SEED);
+        let mut rng = SplitMix64::new(1);
+        assert!(s.pick(0, &mut rng, &w) < 2);
+        s.started(1, 0);
+        s.started(1, 0);
+        assert_eq!(s.stats()[1].inflight(), 2);
+        assert!(!s.stats()[1].needs_time());
+        s.finished(1, 5_000_000, &limited(30_000));
+        assert_eq!(s.stats()[1].inflight(), 1);
+        assert_eq!(s.stats()[1].latency_us(MODE), Some(30_000.0));
+        assert_eq!(s.stats()[1].failures(), 1);
+        assert_eq!(s.stats()[1].last_error(), Some((ErrorKind::Status, 5_000)));
+        assert_eq!(s.stats()[1].back_off_deadline_us(), None);
+    }
+
+    #[test]
+    fn current_variant_uses_every_signal() {
+        let mut s = Sturnus::new(2, Variant::current());
+        s.started(1, 1_000);
+        s.started(1, 2_000);
+        assert_eq!(s.stats()[1].wait_age_us(MODE, 4_000), Some(2_500.0));
+        // The attempt sent at 1 000 answers at 4 000: the one from 2 000 still waits.
+        s.finished(1, 4_000, &limited(3_000));
+        assert_eq!(s.stats()[1].wait_age_us(MODE, 4_000), Some(2_000.0));
+        assert_eq!(s.stats()[1].inflight(), 1);
+        assert_eq!(s.stats()[1].back_off_deadline_us(), Some(3_004_000));
+        assert!(s.stats()[1].backed_off(3_000_000));
+    }
+}
