@@ -37,6 +37,9 @@ TARGETS=(direct passthrough nginx sturnus)
 PROXIES=(passthrough nginx sturnus)
 CLIENT_CORE=0
 PROXY_CORE=1
+# The TTFC client starts its connections this far apart (ms), about one request period
+# (200 ms + 5 × 50 ms) over 16 connections, so first chunks do not all arrive at once.
+TTFC_STAGGER_MS=31
 
 log() { printf 'bench: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -211,7 +214,7 @@ SCENARIOS=(
   "stream|streaming chat completion, 20 chunks, 64 connections|stream.json|64|wrk"
   "big|256 KiB request bodies, non-streaming, 16 connections|big.json|16|wrk"
   "latency|non-streaming chat completion, 1 connection (latency without queueing)|chat.json|1|wrk"
-  "ttfc|streaming, provider waits 200 ms before the first chunk and 50 ms between 5 chunks, 16 connections (client-measured time to first chunk)|stream.json|16|ttfc"
+  "ttfc|streaming, provider waits 200 ms before the first chunk and 50 ms between 5 chunks, 16 connections started ${TTFC_STAGGER_MS} ms apart (client-measured time to first chunk)|stream.json|16|ttfc"
 )
 
 run_load() { # tool target body concurrency seconds -> one JSON object on stdout
@@ -222,7 +225,8 @@ run_load() { # tool target body concurrency seconds -> one JSON object on stdout
     grep '^BENCH_JSON ' "$WORK/wrk.out" | sed 's/^BENCH_JSON //'
   else
     "${ON_CLIENT[@]}" "$EX/ttfc_client" --addr "127.0.0.1:${PORT[$t]}" \
-      --body-file "$WORK/bodies/$body" -c "$c" --seconds "$secs" --warmup-secs 0
+      --body-file "$WORK/bodies/$body" -c "$c" --seconds "$secs" --warmup-secs 0 \
+      --stagger-ms "$TTFC_STAGGER_MS"
   fi
 }
 

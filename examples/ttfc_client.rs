@@ -41,6 +41,10 @@ struct Args {
     /// Stop after this many measured requests in total, even if time remains.
     #[arg(long, default_value_t = 1_000_000)]
     max_requests: usize,
+    /// Start connection `i` after `i × stagger_ms` milliseconds, so a fixed provider delay
+    /// does not keep every connection's first chunk arriving in the same instant.
+    #[arg(long, default_value_t = 0)]
+    stagger_ms: u64,
 }
 
 /// One measured request.
@@ -75,15 +79,13 @@ fn main() {
     let per_conn_cap = args.max_requests.div_ceil(args.concurrency.max(1));
     let tallies: Vec<Tally> = rt.block_on(async {
         let tasks: Vec<_> = (0..args.concurrency.max(1))
-            .map(|_| {
+            .map(|i| {
                 let request = request.clone();
-                tokio::spawn(connection_loop(
-                    args.addr,
-                    request,
-                    measure_from,
-                    deadline,
-                    per_conn_cap,
-                ))
+                let (addr, delay) = (args.addr, Duration::from_millis(args.stagger_ms * i as u64));
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    connection_loop(addr, request, measure_from, deadline, per_conn_cap).await
+                })
             })
             .collect();
         let mut out = Vec::new();
