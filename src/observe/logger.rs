@@ -7,6 +7,7 @@
 
 use log::kv::{self, Key, Value, VisitSource, VisitValue};
 use log::Record;
+use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 
 /// The filter used when `RUST_LOG` is not set.
@@ -42,9 +43,18 @@ pub fn init(format: LogFormat) {
     let mut builder = env_logger::Builder::from_env(env);
     builder.target(env_logger::Target::Stdout);
     if json {
+        // JSON lines hold no raw control bytes (they are escaped), so the writer can pass
+        // them through instead of scanning every byte for terminal escapes to strip.
+        builder.write_style(env_logger::WriteStyle::Always);
         builder.format(|buf, record| {
-            let line = json_line(&buf.timestamp_millis().to_string(), record);
-            writeln!(buf, "{line}")
+            let mut line = String::with_capacity(LINE_CAPACITY);
+            write_json_line(
+                &mut line,
+                format_args!("{}", buf.timestamp_millis()),
+                record,
+            );
+            line.push('\n');
+            buf.write_all(line.as_bytes())
         });
     } else {
         builder.format(|buf, record| {
@@ -55,20 +65,32 @@ pub fn init(format: LogFormat) {
     let _ = builder.try_init();
 }
 
+/// Room for a whole access line, so formatting one does not reallocate.
+const LINE_CAPACITY: usize = 1024;
+
 /// One JSON object for a record: fixed fields first, then the record's key-values.
 pub fn json_line(timestamp: &str, record: &Record) -> String {
-    let mut s = String::with_capacity(256);
-    s.push_str("{\"timestamp\":");
-    push_json_str(&mut s, timestamp);
-    s.push_str(",\"level\":");
-    push_json_str(&mut s, record.level().as_str());
-    s.push_str(",\"target\":");
-    push_json_str(&mut s, record.target());
-    s.push_str(",\"message\":");
-    push_json_str(&mut s, &record.args().to_string());
-    let _ = record.key_values().visit(&mut JsonFields(&mut s));
-    s.push('}');
+    let mut s = String::with_capacity(LINE_CAPACITY);
+    write_json_line(&mut s, format_args!("{timestamp}"), record);
     s
+}
+
+/// Appends [`json_line`]'s object to `s`, writing every value straight into it (this runs
+/// once per request for the access line, so it builds no intermediate values).
+fn write_json_line(s: &mut String, timestamp: std::fmt::Arguments, record: &Record) {
+    s.push_str("{\"timestamp\":\"");
+    let _ = s.write_fmt(timestamp);
+    s.push_str("\",\"level\":");
+    push_json_str(s, record.level().as_str());
+    s.push_str(",\"target\":");
+    push_json_str(s, record.target());
+    s.push_str(",\"message\":");
+    match record.args().as_str() {
+        Some(message) => push_json_str(s, message),
+        None => push_json_str(s, &record.args().to_string()),
+    }
+    let _ = record.key_values().visit(&mut JsonFields(s));
+    s.push('}');
 }
 
 /// One readable line: `timestamp LEVEL target: message key=value ...` (absent values skipped).
@@ -83,8 +105,30 @@ pub fn pretty_line(timestamp: &str, record: &Record) -> String {
     s
 }
 
+/// Appends `text` as a JSON string (quotes, backslashes and control characters escaped).
 fn push_json_str(s: &mut String, text: &str) {
-    s.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into()));
+    s.push('"');
+    let mut plain = 0;
+    for (i, b) in text.bytes().enumerate() {
+        let escaped = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f | 0x7f => "",
+            _ => continue,
+        };
+        s.push_str(&text[plain..i]);
+        if escaped.is_empty() {
+            let _ = write!(s, "\\u{b:04x}");
+        } else {
+            s.push_str(escaped);
+        }
+        plain = i + 1;
+    }
+    s.push_str(&text[plain..]);
+    s.push('"');
 }
 
 /// A key-value as JSON: numbers, booleans, strings and `null` keep their type; anything else
@@ -138,7 +182,50 @@ impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
         self.0.push(',');
         push_json_str(self.0, key.as_str());
         self.0.push(':');
-        self.0.push_str(&json_value(&value).to_string());
+        let start = self.0.len();
+        if value.visit(&mut WriteJson(self.0)).is_err() {
+            self.0.truncate(start);
+            push_json_str(self.0, &value.to_string());
+        }
+        Ok(())
+    }
+}
+
+/// Writes a key-value as JSON straight into the line, with the types [`json_value`] gives.
+struct WriteJson<'a>(&'a mut String);
+
+impl<'v> VisitValue<'v> for WriteJson<'_> {
+    fn visit_any(&mut self, value: Value) -> Result<(), kv::Error> {
+        push_json_str(self.0, &value.to_string());
+        Ok(())
+    }
+    fn visit_null(&mut self) -> Result<(), kv::Error> {
+        self.0.push_str("null");
+        Ok(())
+    }
+    fn visit_u64(&mut self, value: u64) -> Result<(), kv::Error> {
+        let _ = write!(self.0, "{value}");
+        Ok(())
+    }
+    fn visit_i64(&mut self, value: i64) -> Result<(), kv::Error> {
+        let _ = write!(self.0, "{value}");
+        Ok(())
+    }
+    fn visit_f64(&mut self, value: f64) -> Result<(), kv::Error> {
+        // Non-finite numbers have no JSON form.
+        if value.is_finite() {
+            let _ = write!(self.0, "{value}");
+        } else {
+            self.0.push_str("null");
+        }
+        Ok(())
+    }
+    fn visit_bool(&mut self, value: bool) -> Result<(), kv::Error> {
+        self.0.push_str(if value { "true" } else { "false" });
+        Ok(())
+    }
+    fn visit_str(&mut self, value: &str) -> Result<(), kv::Error> {
+        push_json_str(self.0, value);
         Ok(())
     }
 }
@@ -199,6 +286,48 @@ mod tests {
         assert_eq!(v["ttfc_ms"], 12.5);
         assert!(v["alias"].is_null());
         assert!(line.starts_with("{\"timestamp\":"));
+    }
+
+    #[test]
+    fn json_strings_round_trip_through_a_json_parser() {
+        for text in [
+            "",
+            "plain",
+            "caf\u{e9} \u{65e5}\u{672c}",
+            "q\"b\\s/\n\r\t\u{0}\u{1b}[31m\u{7f}\u{1f}end",
+        ] {
+            let mut s = String::new();
+            push_json_str(&mut s, text);
+            assert!(!s.bytes().any(|b| b < 0x20 || b == 0x7f), "{s:?}");
+            let back: String = serde_json::from_str(&s).unwrap();
+            assert_eq!(back, text);
+        }
+    }
+
+    #[test]
+    fn json_line_values_match_their_json_types() {
+        let kvs: [(&str, Value); 6] = [
+            ("f", Value::from(0.125f64)),
+            ("whole", Value::from(2000.0f64)),
+            ("nan", Value::from(f64::NAN)),
+            ("neg", Value::from(-3i64)),
+            ("shown", Value::from_display(&'x')),
+            ("some", Some(404u16).to_value()),
+        ];
+        let record = Record::builder()
+            .args(format_args!("m"))
+            .level(Level::Warn)
+            .target("t")
+            .key_values(&kvs)
+            .build();
+        let v: serde_json::Value = serde_json::from_str(&json_line("T", &record)).unwrap();
+        assert_eq!(v["f"], 0.125);
+        assert_eq!(v["whole"], 2000.0);
+        assert!(v["nan"].is_null());
+        assert_eq!(v["neg"], -3);
+        assert_eq!(v["shown"], "x");
+        assert_eq!(v["some"], 404);
+        assert_eq!(v["level"], "WARN");
     }
 
     #[test]

@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Helpers for bench/run.sh (standard library only).
+
+  bench.py bodies DIR            write the request bodies (chat, stream, big) into DIR
+  bench.py summarise RAW OUTDIR  turn the run's raw JSON lines into OUTDIR/latest.{json,md}
+"""
+
+import json
+import os
+import sys
+
+TARGETS = ["direct", "passthrough", "nginx", "sturnus"]
+TARGET_NAMES = {
+    "direct": "direct (mock)",
+    "passthrough": "Pingora pass-through",
+    "nginx": "nginx",
+    "sturnus": "sturnus",
+}
+
+
+def bodies(out_dir):
+    """~1 KB chat bodies (plain and streaming) and a 256 KiB one, model alias "bench"."""
+    os.makedirs(out_dir, exist_ok=True)
+
+    def chat(size, stream):
+        base = {
+            "model": "bench",
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": ""},
+            ],
+            "temperature": 0.2,
+            "max_tokens": 64,
+        }
+        if stream:
+            base["stream"] = True
+        filler = "The quick brown fox jumps over the lazy dog. "
+        empty = len(json.dumps(base, separators=(", ", ": ")).encode())
+        need = max(0, size - empty)
+        text = (filler * (need // len(filler) + 1))[:need]
+        base["messages"][1]["content"] = text
+        return json.dumps(base, separators=(", ", ": ")).encode()
+
+    files = {
+        "chat.json": chat(1024, False),
+        "stream.json": chat(1024, True),
+        "big.json": chat(256 * 1024, False),
+    }
+    for name, data in files.items():
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(data)
+
+
+def load_raw(path):
+    """Raw records: machine/load notes, memory samples and one record per (scenario, target)."""
+    machine, memory, runs, loads = {}, {}, {}, []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            rec = json.loads(line)
+            kind = rec.get("kind")
+            if kind == "machine":
+                machine = rec
+            elif kind == "memory":
+                memory.setdefault(rec["target"], {})[rec["when"]] = rec
+            elif kind == "loadavg":
+                loads.append(rec)
+            elif kind == "run":
+                runs.setdefault(rec["scenario"], {}).setdefault(rec["target"], []).append(rec)
+    return machine, memory, runs, loads
+
+
+def metrics(rec, clk_tck):
+    """Normalises one wrk or ttfc_client result into the figures the table shows."""
+    load = rec.get("load") or {}
+    if "latency_us" in load:  # wrk
+        requests = load["requests"]
+        seconds = load["duration_us"] / 1e6
+        lat = load["latency_us"]
+        errs = sum(load["errors"].values())
+        ttfc = None
+    else:  # ttfc_client
+        requests = load.get("requests", 0)
+        seconds = load.get("seconds", 0) or 1e-9
+        lat = load.get("total_us", {})
+        errs = load.get("errors", 0) + load.get("non_2xx", 0)
+        ttfc = load.get("ttfc_us")
+    wall = rec.get("wall_s") or seconds
+    cpu_s = rec.get("proxy_ticks", 0) / clk_tck
+    mock_s = rec.get("mock_ticks", 0) / clk_tck
+    core_s = rec.get("proxy_core_ticks", 0) / clk_tck
+    # Work on the proxy core that was not the proxy's: other processes of the shared machine.
+    other_s = core_s if rec["target"] == "direct" else max(0.0, core_s - cpu_s)
+    m = {
+        "requests": requests,
+        "errors": errs,
+        "rps": requests / seconds if seconds else 0.0,
+        "p50_ms": lat.get("p50", 0) / 1000,
+        "p99_ms": lat.get("p99", 0) / 1000,
+        "mean_ms": lat.get("mean", 0) / 1000,
+        "cpu_s_per_10k": (cpu_s / requests * 10_000) if requests and rec["target"] != "direct" else None,
+        # What the proxy would serve with a whole core to itself at this CPU cost per request.
+        "rps_per_core": (requests / cpu_s) if cpu_s and rec["target"] != "direct" else None,
+        "proxy_cpu_pct": (100 * cpu_s / wall) if rec["target"] != "direct" else None,
+        "mock_cpu_pct": 100 * mock_s / wall if wall else None,
+        "other_on_proxy_core_pct": 100 * other_s / wall if wall else None,
+    }
+    if ttfc is not None:
+        m["ttfc_p50_ms"] = ttfc.get("p50", 0) / 1000
+        m["ttfc_p99_ms"] = ttfc.get("p99", 0) / 1000
+    return m
+
+
+def median(values):
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def combine(rounds):
+    """Median of every figure over the rounds of one (scenario, target)."""
+    keys = {k for r in rounds for k in r}
+    out = {k: median([r.get(k) for r in rounds]) for k in keys}
+    out["errors"] = sum(r.get("errors", 0) for r in rounds)
+    out["requests"] = sum(r.get("requests", 0) for r in rounds)
+    out["rounds"] = rounds
+    return out
+
+
+def fmt(v, digits=2):
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}"
+
+
+def summarise(raw_path, out_dir):
+    machine, memory, runs, loads = load_raw(raw_path)
+    clk = float(machine.get("clk_tck", 100))
+    scenarios = machine.get("scenarios", [])
+    result = {"machine": machine, "loadavg": loads, "scenarios": {}, "memory": {}, "checks": []}
+
+    for sc in scenarios:
+        name = sc["name"]
+        per = {}
+        for t in TARGETS:
+            if t in runs.get(name, {}):
+                per[t] = combine([metrics(r, clk) for r in runs[name][t]])
+        direct = per.get("direct")
+        for t, m in per.items():
+            if direct and t != "direct":
+                m["added_p50_ms"] = m["p50_ms"] - direct["p50_ms"]
+                m["added_p99_ms"] = m["p99_ms"] - direct["p99_ms"]
+                if "ttfc_p99_ms" in m:
+                    m["added_ttfc_p50_ms"] = m["ttfc_p50_ms"] - direct["ttfc_p50_ms"]
+                    m["added_ttfc_p99_ms"] = m["ttfc_p99_ms"] - direct["ttfc_p99_ms"]
+        result["scenarios"][name] = {"description": sc["description"], "targets": per}
+
+    for t, whens in memory.items():
+        result["memory"][t] = {
+            "idle_rss_mb": whens.get("idle", {}).get("rss_kb", 0) / 1024,
+            "peak_rss_mb": whens.get("end", {}).get("hwm_kb", 0) / 1024,
+            "end_rss_mb": whens.get("end", {}).get("rss_kb", 0) / 1024,
+        }
+
+    result["checks"] = checks(result)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "latest.json"), "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    md = markdown(result)
+    with open(os.path.join(out_dir, "latest.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+def checks(result):
+    """The issue's targets for sturnus, as ratios against the Pingora pass-through in one run."""
+    sc = result["scenarios"]
+    mem = result["memory"].get("sturnus", {})
+    out = []
+
+    def get(scenario, target, key):
+        return sc.get(scenario, {}).get("targets", {}).get(target, {}).get(key)
+
+    def add(what, value, target_text, ok, unit=""):
+        out.append({
+            "check": what,
+            "measured": value,
+            "target": target_text,
+            "pass": bool(ok) if value is not None else None,
+            "unit": unit,
+        })
+
+    def ratio(scenario, key):
+        s, p = get(scenario, "sturnus", key), get(scenario, "passthrough", key)
+        return s / p if s is not None and p else None
+
+    r = ratio("chat", "rps")
+    add("non-streaming RPS, sturnus ÷ pass-through (c=64)", r, "≥ 0.90", r is not None and r >= 0.9, "×")
+    r = ratio("chat", "rps_per_core")
+    add("non-streaming RPS per proxy CPU second, sturnus ÷ pass-through (unaffected by other load)",
+        r, "≥ 0.90", r is not None and r >= 0.9, "×")
+    for scen, label in (("latency", "c=1"), ("chat", "c=64")):
+        s = get(scen, "sturnus", "added_p99_ms")
+        p = get(scen, "passthrough", "added_p99_ms")
+        d = s - p if s is not None and p is not None else None
+        add(f"added p99 latency, sturnus − pass-through ({label})", d, "≤ 0.30 ms",
+            d is not None and d <= 0.3, "ms")
+    r = ratio("chat", "cpu_s_per_10k")
+    add("CPU per 10,000 requests, sturnus ÷ pass-through", r, "≤ 1.20", r is not None and r <= 1.2, "×")
+    r = ratio("stream", "rps")
+    add("streaming RPS, sturnus ÷ pass-through (c=64, 20 chunks)", r, "≥ 0.90", r is not None and r >= 0.9, "×")
+    r = ratio("stream", "rps_per_core")
+    add("streaming RPS per proxy CPU second, sturnus ÷ pass-through", r, "≥ 0.90",
+        r is not None and r >= 0.9, "×")
+    v = get("ttfc", "sturnus", "added_ttfc_p99_ms")
+    add("time-to-first-chunk overhead p99 vs direct (c=16)", v, "≤ 1.00 ms", v is not None and v <= 1.0, "ms")
+    v = mem.get("idle_rss_mb")
+    add("idle RSS", v, "≤ 15 MB", v is not None and v <= 15, "MB")
+    v = mem.get("peak_rss_mb")
+    add("peak RSS after all scenarios", v, "≤ 64 MB", v is not None and v <= 64, "MB")
+    return out
+
+
+def markdown(result):
+    m = result["machine"]
+    lines = [
+        "# sturnus proxy benchmark",
+        "",
+        f"Run {m.get('date', '?')} on `{m.get('cpu', '?')}`, {m.get('nproc', '?')} cores, "
+        f"Linux {m.get('kernel', '?')}; {m.get('load_tool', '?')}, nginx {m.get('nginx', '?')}, "
+        f"Pingora 0.9.1, sturnus {m.get('commit', '?')}.",
+        f"Load tool and mock provider pinned to core {m.get('client_core', '?')}, proxies to core "
+        f"{m.get('proxy_core', '?')}; each proxy runs one worker. {m.get('seconds', '?')} s measured "
+        f"per run after {m.get('warmup', '?')} s of warm-up, {m.get('rounds', 1)} rounds with the targets "
+        f"interleaved; every figure is the median over the rounds. All traffic on 127.0.0.1.",
+    ]
+    loads = result.get("loadavg", [])
+    if loads:
+        text = ", ".join(f"{l['when']} {l['value']}" for l in loads)
+        lines.append(f"Load average (1/5/15 min) on the shared machine: {text}.")
+    lines.append("")
+    lines.append("Added latency is the target's percentile minus the direct connection's in the same "
+                 "scenario. CPU is the proxy process's user+system time (all threads; nginx: master "
+                 "and worker) from /proc; \"others on proxy core\" is the busy time of the proxy's core "
+                 "that belonged to other processes of the shared machine during the run (with the "
+                 "direct target: all of it), the share the proxy could not use. \"RPS per proxy core\" is "
+                 "requests ÷ proxy CPU seconds: what the proxy would serve with a whole core, the "
+                 "figure least disturbed by other load.")
+    lines.append("")
+
+    lines.append("## Targets (sturnus against the Pingora pass-through, same run)")
+    lines.append("")
+    lines.append("| check | measured | target | met |")
+    lines.append("|---|---|---|---|")
+    for c in result["checks"]:
+        v = c["measured"]
+        shown = "—" if v is None else f"{v:.2f} {c['unit']}".strip()
+        met = {True: "yes", False: "**no**", None: "—"}[c["pass"]]
+        lines.append(f"| {c['check']} | {shown} | {c['target']} | {met} |")
+    lines.append("")
+
+    for name, sc in result["scenarios"].items():
+        lines.append(f"## {name}: {sc['description']}")
+        lines.append("")
+        per = sc["targets"]
+        has_ttfc = any("ttfc_p99_ms" in v for v in per.values())
+        head = ["target", "RPS", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms"]
+        if has_ttfc:
+            head += ["TTFC p50 ms", "TTFC p99 ms", "added TTFC p99 ms"]
+        head += ["proxy CPU s / 10k req", "RPS per proxy core", "proxy CPU %", "mock CPU %",
+                 "others on proxy core %", "errors"]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for t in TARGETS:
+            v = per.get(t)
+            if v is None:
+                continue
+            row = [TARGET_NAMES[t], fmt(v["rps"], 0), fmt(v["p50_ms"]), fmt(v["p99_ms"]),
+                   fmt(v.get("added_p50_ms")), fmt(v.get("added_p99_ms"))]
+            if has_ttfc:
+                row += [fmt(v.get("ttfc_p50_ms")), fmt(v.get("ttfc_p99_ms")),
+                        fmt(v.get("added_ttfc_p99_ms"))]
+            row += [fmt(v["cpu_s_per_10k"], 3), fmt(v["rps_per_core"], 0), fmt(v["proxy_cpu_pct"], 0),
+                    fmt(v["mock_cpu_pct"], 0), fmt(v.get("other_on_proxy_core_pct"), 0),
+                    fmt(v["errors"])]
+            lines.append("| " + " | ".join(row) + " |")
+        pt, st = per.get("passthrough"), per.get("sturnus")
+        ng = per.get("nginx")
+        notes = []
+        if pt and st and pt.get("rps_per_core") and st.get("rps_per_core"):
+            notes.append(f"sturnus ÷ pass-through RPS per proxy core "
+                         f"{st['rps_per_core'] / pt['rps_per_core']:.2f}")
+        if pt and st and pt["rps"]:
+            notes.append(f"sturnus ÷ pass-through RPS {st['rps'] / pt['rps']:.2f}")
+        if pt and ng and ng["rps"]:
+            notes.append(f"pass-through ÷ nginx RPS {pt['rps'] / ng['rps']:.2f}")
+        if pt and st and pt.get("cpu_s_per_10k") and st.get("cpu_s_per_10k"):
+            notes.append(f"sturnus ÷ pass-through CPU/req {st['cpu_s_per_10k'] / pt['cpu_s_per_10k']:.2f}")
+        if pt and ng and ng.get("cpu_s_per_10k") and pt.get("cpu_s_per_10k"):
+            notes.append(f"pass-through ÷ nginx CPU/req {pt['cpu_s_per_10k'] / ng['cpu_s_per_10k']:.2f}")
+        if notes:
+            lines.append("")
+            lines.append("Ratios: " + "; ".join(notes) + ".")
+        lines.append("")
+
+    lines.append("## Memory of each proxy")
+    lines.append("")
+    lines.append("| proxy | idle RSS MB | peak RSS MB (VmHWM) | RSS at the end MB |")
+    lines.append("|---|---|---|---|")
+    for t in TARGETS:
+        v = result["memory"].get(t)
+        if v:
+            lines.append(f"| {TARGET_NAMES[t]} | {v['idle_rss_mb']:.1f} | {v['peak_rss_mb']:.1f} | "
+                         f"{v['end_rss_mb']:.1f} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "bodies":
+        bodies(argv[2])
+    elif len(argv) == 4 and argv[1] == "summarise":
+        summarise(argv[2], argv[3])
+    else:
+        sys.stderr.write(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# The proxy benchmark: sturnus against a direct connection, a minimal Pingora pass-through
+# (examples/passthrough.rs) and nginx, side by side in one run, all on 127.0.0.1.
+#
+#   bench/run.sh            # results in bench/results/latest.{md,json}
+#
+# Builds the release binary and the examples once, installs wrk and nginx (Debian packages)
+# when missing and running as root, starts the mock provider (examples/mock_provider.rs) and
+# the three proxies, pins the load tool and the mock to one core and the proxies to the other,
+# runs every scenario against every target (each bounded to a few seconds after warm-up),
+# reads CPU time and memory of each proxy from /proc, and writes a markdown table and JSON.
+# Everything it starts is stopped on exit.
+#
+# The machine may be shared: every scenario runs BENCH_ROUNDS times (default 3), targets
+# interleaved, and the summary takes the median of each figure over the rounds; the busy time
+# other processes took on the proxy core is reported next to each run.
+#
+# Environment: BENCH_SECONDS (measured seconds per run, default 5), BENCH_WARMUP (default 1),
+# BENCH_PORT (base port, default 19100: uses +1..+5), BENCH_OUT (default bench/results),
+# BENCH_KEEP=1 keeps the scratch directory with logs.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+export PATH="$HOME/.cargo/bin:$HOME/.local/bin:$PATH"
+
+SECS=${BENCH_SECONDS:-5}
+ROUNDS=${BENCH_ROUNDS:-3}
+WARM=${BENCH_WARMUP:-1}
+OUT=${BENCH_OUT:-$ROOT/bench/results}
+BASE=${BENCH_PORT:-19100}
+WRK_VERSION=4.1.0-3+b2 # Debian 12's wrk; pinned so runs stay comparable
+MOCK_PORT=$((BASE + 1))
+CONTROL_PORT=$((BASE + 2))
+declare -A PORT=([direct]=$MOCK_PORT [passthrough]=$((BASE + 3)) [nginx]=$((BASE + 4)) [sturnus]=$((BASE + 5)))
+TARGETS=(direct passthrough nginx sturnus)
+PROXIES=(passthrough nginx sturnus)
+CLIENT_CORE=0
+PROXY_CORE=1
+# The TTFC client starts its connections this far apart (ms), about one request period
+# (200 ms + 5 × 50 ms) over 16 connections, so first chunks do not all arrive at once.
+TTFC_STAGGER_MS=31
+
+log() { printf 'bench: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# ---------------------------------------------------------------- tools
+install_tools() {
+  local missing=()
+  command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+  [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 ||
+    die "missing ${missing[*]}: install them (Debian: apt-get install ${missing[*]})"
+  log "installing ${missing[*]} with apt-get"
+  apt-get update -qq
+  # Keep Debian's nginx package from starting a system nginx on port 80 while installing.
+  local policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy=1
+  fi
+  local pkgs=()
+  for p in "${missing[@]}"; do
+    if [ "$p" = wrk ]; then pkgs+=("wrk=$WRK_VERSION"); else pkgs+=("$p"); fi
+  done
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [ $policy = 1 ] && rm -f /usr/sbin/policy-rc.d
+  return 0
+}
+
+install_tools
+scripts/bootstrap.sh
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+CORES=$(nproc)
+# Commands run through these prefixes (taskset execs the program, so $! is its pid).
+if [ "$CORES" -lt 2 ]; then
+  log "only $CORES core: running without pinning"
+  ON_CLIENT=(env)
+  ON_PROXY=(env)
+else
+  ON_CLIENT=(taskset -c "$CLIENT_CORE")
+  ON_PROXY=(taskset -c "$PROXY_CORE")
+fi
+
+# ---------------------------------------------------------------- build (once)
+log "building the release binary and the benchmark examples"
+cargo build --release --quiet --bin sturnus \
+  --example mock_provider --example passthrough --example ttfc_client
+BIN=$ROOT/target/release
+EX=$ROOT/target/release/examples
+
+# ---------------------------------------------------------------- scratch and cleanup
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sturnus-bench.XXXXXX")
+chmod 755 "$WORK" # nginx workers may run as another user
+declare -A PID=()
+MOCK_PID=
+cleanup() {
+  local p
+  # SIGINT: fast shutdown for Pingora (SIGTERM would wait out its grace period), nginx and the mock.
+  for p in "${PID[@]}" $MOCK_PID; do
+    kill -INT "$p" 2>/dev/null || true
+  done
+  for p in "${PID[@]}" $MOCK_PID; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  if [ "${BENCH_KEEP:-0}" = 1 ]; then log "scratch kept in $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+python3 bench/bench.py bodies "$WORK/bodies"
+RAW=$WORK/raw.jsonl
+: >"$RAW"
+loadavg() { printf '{"kind":"loadavg","when":"%s","value":"%s"}\n' "$1" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW"; }
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() { # port pid: wait until the process we started listens there
+  local port=$1 pid=$2
+  for _ in $(seq 100); do
+    kill -0 "$pid" 2>/dev/null || die "process $pid for port $port exited; logs in $WORK"
+    listening "$port" && return 0
+    sleep 0.1
+  done
+  die "nothing listens on port $port; logs in $WORK"
+}
+for port in "$MOCK_PORT" "$CONTROL_PORT" "${PORT[passthrough]}" "${PORT[nginx]}" "${PORT[sturnus]}"; do
+  listening "$port" && die "port $port is already in use (set BENCH_PORT to another base port)"
+done
+
+mock_control() { # key=value ... -> the mock's live behaviour
+  local answer
+  exec 3<>"/dev/tcp/127.0.0.1/$CONTROL_PORT"
+  printf '%s\n' "$*" >&3
+  read -r answer <&3 || true
+  exec 3>&-
+  case "$answer" in ok*) ;; *) die "mock control: $answer" ;; esac
+}
+
+# ---------------------------------------------------------------- start everything
+log "starting the mock provider on core $CLIENT_CORE and the proxies on core $PROXY_CORE"
+"${ON_CLIENT[@]}" "$EX/mock_provider" --port "$MOCK_PORT" --control-port "$CONTROL_PORT" \
+  --chunks 20 >"$WORK/mock.log" 2>&1 &
+MOCK_PID=$!
+wait_port "$MOCK_PORT" "$MOCK_PID"
+
+"${ON_PROXY[@]}" "$EX/passthrough" --listen "127.0.0.1:${PORT[passthrough]}" \
+  --upstream "127.0.0.1:$MOCK_PORT" >"$WORK/passthrough.log" 2>&1 &
+PID[passthrough]=$!
+
+sed -e "s#@DIR@#$WORK#g" -e "s#@LISTEN@#127.0.0.1:${PORT[nginx]}#g" \
+  -e "s#@UPSTREAM@#127.0.0.1:$MOCK_PORT#g" bench/nginx.conf >"$WORK/nginx.conf"
+"${ON_PROXY[@]}" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" >"$WORK/nginx.log" 2>&1 &
+PID[nginx]=$!
+
+sed -e "s#@LISTEN@#127.0.0.1:${PORT[sturnus]}#g" -e "s#@UPSTREAM@#127.0.0.1:$MOCK_PORT#g" \
+  bench/sturnus.toml >"$WORK/sturnus.toml"
+"${ON_PROXY[@]}" "$BIN/sturnus" --config "$WORK/sturnus.toml" >"$WORK/sturnus.log" 2>&1 &
+PID[sturnus]=$!
+
+for t in "${PROXIES[@]}"; do wait_port "${PORT[$t]}" "${PID[$t]}"; done
+
+# Process ids whose CPU time and memory count for a target (nginx: master and workers).
+pids_of() {
+  local t=$1
+  case $t in
+    direct) echo "$MOCK_PID" ;;
+    nginx) echo "${PID[nginx]}" $(cat "/proc/${PID[nginx]}/task/${PID[nginx]}/children" 2>/dev/null) ;;
+    *) echo "${PID[$t]}" ;;
+  esac
+}
+ticks() { # utime + stime of the given pids, in clock ticks
+  local sum=0 p f
+  for p in "$@"; do
+    # Fields after "pid (comm) ": state is [0], utime [11], stime [12].
+    read -ra f <<<"$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null)" || continue
+    [ ${#f[@]} -gt 12 ] && sum=$((sum + f[11] + f[12]))
+  done
+  echo $sum
+}
+core_busy() { # busy ticks of one core (user nice system irq softirq steal) from /proc/stat
+  awk -v c="cpu$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
+}
+status_kb() { # sum of a /proc status field (VmRSS, VmHWM) over the given pids
+  local field=$1 sum=0 p v
+  shift
+  for p in "$@"; do
+    v=$(awk -v f="$field:" '$1 == f { print $2 }' "/proc/$p/status" 2>/dev/null || true)
+    sum=$((sum + ${v:-0}))
+  done
+  echo $sum
+}
+memory() { # kind=memory record for every proxy
+  local when=$1 t
+  for t in "${PROXIES[@]}"; do
+    local pids
+    pids=$(pids_of "$t")
+    printf '{"kind":"memory","target":"%s","when":"%s","rss_kb":%s,"hwm_kb":%s}\n' \
+      "$t" "$when" "$(status_kb VmRSS $pids)" "$(status_kb VmHWM $pids)" >>"$RAW"
+  done
+}
+
+sleep 1
+memory idle
+loadavg start
+
+# ---------------------------------------------------------------- scenarios
+# name|description|body|concurrency|tool
+SCENARIOS=(
+  "chat|non-streaming chat completion, ~1 KB body, 64 connections|chat.json|64|wrk"
+  "stream|streaming chat completion, 20 chunks, 64 connections|stream.json|64|wrk"
+  "big|256 KiB request bodies, non-streaming, 16 connections|big.json|16|wrk"
+  "latency|non-streaming chat completion, 1 connection (latency without queueing)|chat.json|1|wrk"
+  "ttfc|streaming, provider waits 200 ms before the first chunk and 50 ms between 5 chunks, 16 connections started ${TTFC_STAGGER_MS} ms apart (client-measured time to first chunk)|stream.json|16|ttfc"
+)
+
+run_load() { # tool target body concurrency seconds -> one JSON object on stdout
+  local tool=$1 t=$2 body=$3 c=$4 secs=$5 url="http://127.0.0.1:${PORT[$2]}/v1/chat/completions"
+  if [ "$tool" = wrk ]; then
+    BENCH_BODY="$WORK/bodies/$body" "${ON_CLIENT[@]}" wrk -t1 -c"$c" -d"${secs}s" --timeout 10s \
+      -s bench/wrk.lua "$url" >"$WORK/wrk.out" 2>&1 || die "wrk failed: $(cat "$WORK/wrk.out")"
+    grep '^BENCH_JSON ' "$WORK/wrk.out" | sed 's/^BENCH_JSON //'
+  else
+    "${ON_CLIENT[@]}" "$EX/ttfc_client" --addr "127.0.0.1:${PORT[$t]}" \
+      --body-file "$WORK/bodies/$body" -c "$c" --seconds "$secs" --warmup-secs 0 \
+      --stagger-ms "$TTFC_STAGGER_MS"
+  fi
+}
+
+scenario_json='['
+for spec in "${SCENARIOS[@]}"; do
+  IFS='|' read -r name desc body conc tool <<<"$spec"
+  scenario_json+="{\"name\":\"$name\",\"description\":\"$desc\",\"concurrency\":$conc},"
+done
+for spec in "${SCENARIOS[@]}"; do
+  IFS='|' read -r name desc body conc tool <<<"$spec"
+  if [ "$name" = ttfc ]; then
+    mock_control latency_ms=200 chunk_interval_ms=50 chunks=5
+  fi
+  for round in $(seq "$ROUNDS"); do
+    for t in "${TARGETS[@]}"; do
+      log "$name round $round/$ROUNDS -> $t (c=$conc)"
+      run_load "$tool" "$t" "$body" "$conc" "$WARM" >/dev/null
+      pids=$(pids_of "$t")
+      before=$(ticks $pids)
+      mock_before=$(ticks "$MOCK_PID")
+      core_before=$(core_busy $PROXY_CORE)
+      start_ns=$(date +%s%N)
+      result=$(run_load "$tool" "$t" "$body" "$conc" "$SECS")
+      end_ns=$(date +%s%N)
+      after=$(ticks $pids)
+      mock_after=$(ticks "$MOCK_PID")
+      core_after=$(core_busy $PROXY_CORE)
+      wall=$(awk -v a="$start_ns" -v b="$end_ns" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+      printf '{"kind":"run","scenario":"%s","round":%s,"target":"%s","wall_s":%s,"proxy_ticks":%s,"mock_ticks":%s,"proxy_core_ticks":%s,"load":%s}\n' \
+        "$name" "$round" "$t" "$wall" "$((after - before))" "$((mock_after - mock_before))" \
+        "$((core_after - core_before))" "$result" >>"$RAW"
+    done
+  done
+done
+scenario_json="${scenario_json%,}]"
+
+loadavg end
+memory end
+
+# ---------------------------------------------------------------- machine and summary
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- src examples 2>/dev/null || commit="$commit+changes"
+printf '{"kind":"machine","date":"%s","nproc":%s,"cpu":"%s","kernel":"%s","clk_tck":%s,"load_tool":"%s","nginx":"%s","commit":"%s","client_core":%s,"proxy_core":%s,"seconds":%s,"warmup":%s,"rounds":%s,"scenarios":%s}\n' \
+  "$(date -u +%Y-%m-%dT%H:%MZ)" "$CORES" \
+  "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" "$(uname -r)" "$(getconf CLK_TCK)" \
+  "$(wrk -v 2>&1 | head -1 | awk '{ print $1, $2 }')" "$("$NGINX" -v 2>&1 | sed 's#.*nginx/##')" \
+  "$commit" $CLIENT_CORE $PROXY_CORE "$SECS" "$WARM" "$ROUNDS" "$scenario_json" >>"$RAW"
+
+mkdir -p "$OUT"
+cp "$RAW" "$OUT/latest.raw.jsonl"
+python3 bench/bench.py summarise "$RAW" "$OUT"
+log "results in $OUT/latest.md and $OUT/latest.json"
