@@ -41,10 +41,12 @@ pub fn init(format: LogFormat) {
     let json = format.is_json(std::io::stdout().is_terminal());
     let env = env_logger::Env::default().default_filter_or(DEFAULT_FILTER);
     let mut builder = env_logger::Builder::from_env(env);
-    builder.target(env_logger::Target::Stdout);
     if json {
         // JSON lines hold no raw control bytes (they are escaped), so the writer can pass
-        // them through instead of scanning every byte for terminal escapes to strip.
+        // them through instead of scanning every byte for terminal escapes to strip. A pipe
+        // target, unlike `Target::Stdout`, does not ask the kernel whether stdout is a
+        // terminal (an `ioctl`) before every line.
+        builder.target(env_logger::Target::Pipe(Box::new(std::io::stdout())));
         builder.write_style(env_logger::WriteStyle::Always);
         builder.format(|buf, record| {
             let mut line = String::with_capacity(LINE_CAPACITY);
@@ -57,6 +59,7 @@ pub fn init(format: LogFormat) {
             buf.write_all(line.as_bytes())
         });
     } else {
+        builder.target(env_logger::Target::Stdout);
         builder.format(|buf, record| {
             let line = pretty_line(&buf.timestamp_millis().to_string(), record);
             writeln!(buf, "{line}")
