@@ -60,3 +60,21 @@ pub async fn front(backend: SocketAddr) -> TlsFront {
     });
     TlsFront { addr, ca_pem }
 }
+
+/// Checks a provider behind a TLS front is reached through `proxy`: a non-streaming and a
+/// streaming chat request are both answered, and the provider saw `Bearer {key}`.
+pub async fn expect_https_round_trip(proxy: &super::Proxy, sim: &super::SimProvider, key: &str) {
+    for body in [
+        super::chat_body("fast", false),
+        super::chat_body("fast", true),
+    ] {
+        let resp = super::post(proxy, "/v1/chat/completions", body).await;
+        assert_eq!(resp.status(), 200);
+        assert!(!resp.text().await.unwrap().is_empty());
+    }
+    let got = sim.requests().pop().unwrap();
+    assert_eq!(
+        got.header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+}
