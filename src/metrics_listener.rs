@@ -76,12 +76,7 @@ async fn drain(session: &mut ServerSession) -> bool {
     if session.is_body_empty() {
         return true;
     }
-    let declared = session
-        .req_header()
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = crate::proxy::body_intake::declared_length(session.req_header());
     match declared {
         Some(len) if len <= DRAIN_LIMIT => {
             matches!(

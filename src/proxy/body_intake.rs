@@ -20,6 +20,15 @@ use pingora_proxy::Session;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The request's `Content-Length` as a number, if it has a readable one: every early answer and
+/// body read sizes its work from it.
+pub fn declared_length(req: &pingora::http::RequestHeader) -> Option<u64> {
+    req.headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
 /// First buffer size for a chunked upload (it doubles from there, up to the cap).
 const FIRST_CHUNKED_CAPACITY: usize = 16 * 1024;
 
@@ -68,12 +77,7 @@ pub async fn read_whole(
     limits: BodyLimits,
     budget: &Arc<Budget>,
 ) -> Result<std::result::Result<WholeBody, Refused>> {
-    let declared = session
-        .req_header()
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = declared_length(session.req_header());
     if declared.is_some_and(|len| len > limits.cap) {
         return Ok(Err(ApiError::body_too_large(limits.cap).into()));
     }
@@ -178,6 +182,22 @@ fn expects_continue(session: &Session) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn declared_length_reads_a_numeric_content_length_only() {
+        let with = |value: Option<&str>| {
+            let mut req = pingora::http::RequestHeader::build("POST", b"/", None).unwrap();
+            if let Some(v) = value {
+                req.insert_header("content-length", v).unwrap();
+            }
+            declared_length(&req)
+        };
+        assert_eq!(with(Some("1024")), Some(1024));
+        assert_eq!(with(Some(" 7 ")), Some(7));
+        assert_eq!(with(Some("-1")), None);
+        assert_eq!(with(Some("12ab")), None);
+        assert_eq!(with(None), None);
+    }
 
     #[test]
     fn chunked_buffers_double_within_the_cap() {

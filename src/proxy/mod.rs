@@ -1,7 +1,7 @@
 //! The Pingora request path. Each hook is a line or two that hands off to the room owning the
 //! concern, so this impl reads as the request's table of contents.
 
-mod body_intake;
+pub mod body_intake;
 pub mod ctx;
 mod direct;
 pub mod errors;

@@ -74,12 +74,7 @@ const DRAIN_LIMIT: u64 = 1 << 20;
 
 /// Drains an unread request body when it is small enough; false when it was not drained.
 async fn drain_small_body(session: &mut Session) -> bool {
-    let declared = session
-        .req_header()
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = super::body_intake::declared_length(session.req_header());
     match declared {
         Some(len) if len <= DRAIN_LIMIT => session.drain_request_body().await.is_ok(),
         None if session.is_body_empty() => true,
