@@ -66,11 +66,15 @@ pub async fn serve(session: &mut Session, app: &App) -> Result<bool> {
         return Ok(false);
     };
     let head = header.method == http::Method::HEAD;
-    if session.drain_request_body().await.is_err() {
-        session.set_keepalive(None);
-    }
-    let body = if head { Vec::new() } else { answer.body };
-    respond::send(session, answer.status, answer.content_type, body, &[]).await?;
+    // Boxed: every proxied request passes through here, admin answers are rare.
+    Box::pin(async move {
+        if session.drain_request_body().await.is_err() {
+            session.set_keepalive(None);
+        }
+        let body = if head { Vec::new() } else { answer.body };
+        respond::send(session, answer.status, answer.content_type, body, &[]).await
+    })
+    .await?;
     Ok(true)
 }
 

@@ -1,5 +1,7 @@
 //! The sturnus binary: see [`sturnus::cli`].
 
 fn main() {
-    std::process::exit(sturnus::cli::main());
+    let code = sturnus::cli::main();
+    sturnus::observe::log_sink::flush();
+    std::process::exit(code);
 }

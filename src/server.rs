@@ -40,6 +40,7 @@ impl Built {
         self.server.run(RunArgs {
             shutdown_signal: Box::new(self.watch),
         });
+        crate::observe::log_sink::flush();
         std::process::exit(0)
     }
 }

@@ -139,15 +139,26 @@ async fn sigterm_drains_an_in_flight_stream_while_health_says_shutting_down_then
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_sidecar_exits_0_at_once_on_sigterm() {
     let (_sim, mut proxy, _metrics) = streaming_setup(2, Duration::ZERO, &[]).await;
-    let resp = post(&proxy, "/v1/chat/completions", chat_body("fast", false)).await;
-    assert_eq!(resp.status(), 200);
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        let resp = post(&proxy, "/v1/chat/completions", chat_body("fast", false)).await;
+        assert_eq!(resp.status(), 200);
+        ids.push(resp.headers()["x-request-id"].to_str().unwrap().to_string());
+    }
     proxy.signal(Signal::SIGTERM);
     // Unmodified Pingora would sleep 300 s here; the sidecar default grace is 20 s; an idle
     // sturnus has nothing to wait for.
     let status = proxy.wait_exit(Duration::from_secs(10)).await;
     let status = status.unwrap_or_else(|| panic!("still running:\n{}", proxy.logs()));
     assert_eq!(status.code(), Some(0));
-    assert!(proxy.logs().contains("drained"), "{}", proxy.logs());
+    let logs = proxy.logs();
+    let drained = logs.find("drained").unwrap_or_else(|| panic!("{logs}"));
+    // Access lines are written in batches; none is lost on the way out, and all come before
+    // the exit line.
+    for id in &ids {
+        let line = logs.find(&format!("\"request_id\":\"{id}\""));
+        assert!(line.is_some_and(|at| at < drained), "{id} missing:\n{logs}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

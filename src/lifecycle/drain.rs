@@ -41,6 +41,7 @@ pub type OnDrained = fn();
 /// Ends the process with status 0 after a completed drain.
 pub fn exit() {
     log::info!("drained: no proxy connection left, exiting");
+    crate::observe::log_sink::flush();
     std::process::exit(0);
 }
 

@@ -42,12 +42,11 @@ pub fn init(format: LogFormat) {
     let env = env_logger::Env::default().default_filter_or(DEFAULT_FILTER);
     let mut builder = env_logger::Builder::from_env(env);
     if json {
-        // JSON lines hold no raw control bytes (they are escaped), so the writer can pass
-        // them through instead of scanning every byte for terminal escapes to strip. A pipe
-        // target, unlike `Target::Stdout`, does not ask the kernel whether stdout is a
-        // terminal (an `ioctl`) before every line.
-        builder.target(env_logger::Target::Pipe(Box::new(std::io::stdout())));
-        builder.write_style(env_logger::WriteStyle::Always);
+        // JSON lines go to stdout through the log sink, which batches access lines; env_logger
+        // only filters and formats. (Its own writer would also scan every byte for terminal
+        // escapes and ask the kernel whether stdout is a terminal before every line.)
+        builder.target(env_logger::Target::Pipe(Box::new(std::io::sink())));
+        builder.write_style(env_logger::WriteStyle::Never);
         builder.format(|buf, record| {
             let mut line = String::with_capacity(LINE_CAPACITY);
             write_json_line(
@@ -56,7 +55,9 @@ pub fn init(format: LogFormat) {
                 record,
             );
             line.push('\n');
-            buf.write_all(line.as_bytes())
+            let batch = record.target() == super::access_log::TARGET;
+            super::log_sink::write_line(line.as_bytes(), batch);
+            Ok(())
         });
     } else {
         builder.target(env_logger::Target::Stdout);
@@ -111,6 +112,11 @@ pub fn pretty_line(timestamp: &str, record: &Record) -> String {
 /// Appends `text` as a JSON string (quotes, backslashes and control characters escaped).
 fn push_json_str(s: &mut String, text: &str) {
     s.push('"');
+    if !text.bytes().any(needs_escape) {
+        s.push_str(text);
+        s.push('"');
+        return;
+    }
     let mut plain = 0;
     for (i, b) in text.bytes().enumerate() {
         let escaped = match b {
@@ -132,6 +138,11 @@ fn push_json_str(s: &mut String, text: &str) {
     }
     s.push_str(&text[plain..]);
     s.push('"');
+}
+
+/// Whether a byte cannot appear as it is inside a JSON string.
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f
 }
 
 /// A key-value as JSON: numbers, booleans, strings and `null` keep their type; anything else

@@ -6,7 +6,6 @@
 //! `ff`, several headers) starts a new trace with random ids; the stale `tracestate` is dropped.
 
 use crate::routing::{RngSource, ThreadRng};
-use std::fmt::Write;
 
 /// Request header carrying the trace context.
 pub const TRACEPARENT: &str = "traceparent";
@@ -84,12 +83,14 @@ impl TraceContext {
 
     /// The `traceparent` sent upstream: same trace, sturnus's span as the parent.
     pub fn traceparent(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            hex(&self.trace_id),
-            hex(&self.span_id),
-            self.flags
-        )
+        let mut out = Vec::with_capacity(55);
+        out.extend_from_slice(b"00-");
+        push_hex(&mut out, &self.trace_id);
+        out.push(b'-');
+        push_hex(&mut out, &self.span_id);
+        out.push(b'-');
+        push_hex(&mut out, &[self.flags]);
+        ascii_string(out)
     }
 
     /// The trace id as 32 lowercase hex digits.
@@ -160,15 +161,17 @@ pub fn new_request_id() -> String {
     b[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex(&b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    let mut out = Vec::with_capacity(36);
+    for (i, group) in [&b[0..4], &b[4..6], &b[6..8], &b[8..10], &b[10..16]]
+        .into_iter()
+        .enumerate()
+    {
+        if i > 0 {
+            out.push(b'-');
+        }
+        push_hex(&mut out, group);
+    }
+    ascii_string(out)
 }
 
 /// `N` random bytes, never all zero (an all-zero id is invalid in W3C Trace Context).
@@ -183,12 +186,27 @@ fn nonzero_bytes<const N: usize>(rng: &mut impl RngSource) -> [u8; N] {
     out
 }
 
-fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
+/// Lowercase hex digits by value (ids are formatted on every request, so no `fmt` machinery).
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `bytes` as lowercase hex.
+fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
     for b in bytes {
-        let _ = write!(s, "{b:02x}");
+        out.push(HEX_DIGITS[usize::from(b >> 4)]);
+        out.push(HEX_DIGITS[usize::from(b & 0x0f)]);
     }
-    s
+}
+
+/// `bytes` as lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    ascii_string(out)
+}
+
+/// A string from bytes this module wrote (hex digits and dashes: always ASCII).
+fn ascii_string(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 /// One lowercase hex digit (uppercase is invalid in `traceparent`).
@@ -281,6 +299,31 @@ mod tests {
         let a = TraceContext::new_root();
         let b = TraceContext::new_root();
         assert_ne!(a.trace_id, b.trace_id);
+    }
+
+    #[test]
+    fn ids_are_lowercase_hex_in_their_textual_forms() {
+        assert_eq!(hex(&[0x00, 0xab, 0x0f, 0xf0]), "00ab0ff0");
+        let ctx = TraceContext {
+            trace_id: [0xab; 16],
+            span_id: [0x01; 8],
+            parent_id: None,
+            flags: 0x0c,
+        };
+        assert_eq!(
+            ctx.traceparent(),
+            format!("00-{}-{}-0c", "ab".repeat(16), "01".repeat(8))
+        );
+        let id = new_request_id();
+        let groups: Vec<&str> = id.split('-').collect();
+        assert_eq!(
+            groups.iter().map(|g| g.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(groups
+            .iter()
+            .all(|g| g.bytes().all(|c| HEX_DIGITS.contains(&c))));
+        assert!(matches!(groups[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'));
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub struct RequestCtx {
     pub first_chunk_at: Option<Instant>,
     /// When the last response body byte was relayed.
     pub last_chunk_at: Option<Instant>,
-    /// The request's id, echoed as `x-request-id` and logged.
+    /// The request's id, echoed as `x-request-id` and logged; set by [`RequestCtx::identify`]
+    /// (empty until then).
     pub request_id: String,
     /// The request's trace context (sturnus's span in the caller's trace, or a new trace).
     pub trace: TraceContext,
@@ -68,7 +69,7 @@ pub struct RequestCtx {
 }
 
 impl RequestCtx {
-    /// A fresh context for a new request.
+    /// A fresh context for a new request (its identity comes from [`RequestCtx::identify`]).
     pub fn new() -> Self {
         RequestCtx {
             received: Instant::now(),
@@ -79,7 +80,7 @@ impl RequestCtx {
             wait: None,
             first_chunk_at: None,
             last_chunk_at: None,
-            request_id: trace::new_request_id(),
+            request_id: String::new(),
             trace: TraceContext::new_root(),
             upstream_request_id: None,
             status: None,
@@ -105,6 +106,16 @@ impl RequestCtx {
                 .iter()
                 .map(|v| v.as_bytes()),
         );
+    }
+}
+
+impl RequestCtx {
+    /// The request id, generating one if the request ended before [`RequestCtx::identify`].
+    pub fn ensure_request_id(&mut self) -> &str {
+        if self.request_id.is_empty() {
+            self.request_id = trace::new_request_id();
+        }
+        &self.request_id
     }
 }
 

@@ -55,7 +55,9 @@ impl ProxyHttp for Sturnus {
             Admission::Proxy => Ok(false),
             Admission::Answered => Ok(true),
             Admission::Direct { body, peer } => {
-                direct::forward(session, &self.app, ctx, body, peer).await?;
+                // Boxed: the direct path's state is large and rare, so it stays out of the
+                // future every request allocates.
+                Box::pin(direct::forward(session, &self.app, ctx, body, peer)).await?;
                 Ok(true)
             }
         }

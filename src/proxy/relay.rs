@@ -99,6 +99,7 @@ pub fn body_chunk(len: usize, end_of_stream: bool, ctx: &mut RequestCtx, params:
 /// Ends a request: its outcome goes into the candidate's success rate and the metrics, once,
 /// and its access line is written.
 pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, app: &App) {
+    ctx.ensure_request_id();
     let failure = ctx.failure.or_else(|| error.and_then(errors::classify));
     record_outcome(ctx, failure, &app.catalog.params);
     record_metrics(ctx, failure, error);
@@ -230,6 +231,7 @@ mod tests {
         assert_eq!(ctx.status, Some(200));
 
         let mut ctx = RequestCtx::new();
+        ctx.ensure_request_id();
         let mut resp = ResponseHeader::build(502, None).unwrap();
         resp.insert_header("x-request-id", "not loggable\t")
             .unwrap();

@@ -39,10 +39,15 @@ pub async fn send(
 /// Writes an OpenAI-shaped error. The connection is closed afterwards when the request body
 /// was not (or not completely) read, so leftover bytes are never parsed as a next request.
 pub async fn error(session: &mut Session, err: &ApiError, body_consumed: bool) -> Result<()> {
-    if !body_consumed && !drain_small_body(session).await {
-        session.set_keepalive(None);
-    }
-    send(session, err.status, "application/json", err.to_json(), &[]).await
+    // Boxed, like every answer here: error paths are rare, so their state stays out of the
+    // request path's future.
+    Box::pin(async move {
+        if !body_consumed && !drain_small_body(session).await {
+            session.set_keepalive(None);
+        }
+        send(session, err.status, "application/json", err.to_json(), &[]).await
+    })
+    .await
 }
 
 /// Answers a request whose body sturnus stopped reading (too large, over budget, too slow) and
@@ -54,16 +59,19 @@ pub async fn refuse(session: &mut Session, err: &ApiError, retry_after: Option<u
         .map(|secs| ("retry-after", secs.to_string()))
         .into_iter()
         .collect();
-    send(
-        session,
-        err.status,
-        "application/json",
-        err.to_json(),
-        &extra,
-    )
-    .await?;
-    let _ = tokio::time::timeout(LINGER, session.drain_request_body()).await;
-    Ok(())
+    Box::pin(async move {
+        send(
+            session,
+            err.status,
+            "application/json",
+            err.to_json(),
+            &extra,
+        )
+        .await?;
+        let _ = tokio::time::timeout(LINGER, session.drain_request_body()).await;
+        Ok(())
+    })
+    .await
 }
 
 /// How long [`refuse`] drains unread request bytes before the connection closes.

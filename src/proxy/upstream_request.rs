@@ -36,23 +36,7 @@ pub fn prepare(
     body_len: usize,
     trace: &TraceContext,
 ) -> Result<(), CredentialError> {
-    // Headers the client's `Connection` header names are hop-by-hop too.
-    let named: Vec<String> = req
-        .headers
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty())
-        .collect();
-    for name in named
-        .iter()
-        .map(String::as_str)
-        .chain(DROPPED.iter().copied())
-    {
-        req.remove_header(name);
-    }
+    remove_client_only_headers(req);
     let uri = http::Uri::try_from(path_and_query)
         .map_err(|_| CredentialError("the upstream path is not a valid URI".into()))?;
     req.set_uri(uri);
@@ -64,6 +48,34 @@ pub fn prepare(
         req.remove_header(trace::TRACESTATE);
     }
     provider.authorize(req)
+}
+
+/// Removes [`DROPPED`] headers and those the client's `Connection` header names. One pass over
+/// the names present finds them, so only headers the request carries are removed (each removal
+/// by name is a parse of the name and a hash lookup, even for a name that is not there).
+fn remove_client_only_headers(req: &mut RequestHeader) {
+    let mut named: Vec<String> = Vec::new();
+    for value in req.headers.get_all(http::header::CONNECTION) {
+        let Ok(value) = value.to_str() else { continue };
+        named.extend(
+            value
+                .split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .filter(|t| !t.is_empty()),
+        );
+    }
+    let doomed: Vec<http::HeaderName> = req
+        .headers
+        .keys()
+        .filter(|name| {
+            let name = name.as_str();
+            DROPPED.contains(&name) || named.iter().any(|n| n == name)
+        })
+        .cloned()
+        .collect();
+    for name in &doomed {
+        req.remove_header(name);
+    }
 }
 
 #[cfg(test)]
