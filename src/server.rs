@@ -22,6 +22,11 @@ pub const GRACE_PERIOD_SECS: u64 = 20;
 pub const SHUTDOWN_TIMEOUT_SECS: u64 = 5;
 // The whole drain fits Kubernetes' default termination grace of 30 s.
 const _: () = assert!(GRACE_PERIOD_SECS + SHUTDOWN_TIMEOUT_SECS < 30);
+/// Timeouts longer than this many seconds use Tokio's timer instead of Pingora's shared timer
+/// thread, when sturnus runs without `-c`. Every proxied request arms several long timeouts
+/// (provider read and write, pooled-connection idle) that are almost always cancelled; Tokio's
+/// timer forgets a cancelled one at once and costs less to arm.
+pub const TOKIO_TIMER_ABOVE_SECS: u64 = 1;
 /// `upgrade_sock` when sturnus runs without `-c`.
 pub const UPGRADE_SOCK: &str = "/tmp/sturnus_upgrade.sock";
 /// `pid_file` (written only with `-d`) when sturnus runs without `-c`.
@@ -139,6 +144,7 @@ pub fn sidecar_defaults() -> ServerConf {
         graceful_shutdown_timeout_seconds: Some(SHUTDOWN_TIMEOUT_SECS),
         upgrade_sock: UPGRADE_SOCK.to_string(),
         pid_file: PID_FILE.to_string(),
+        fast_timeout_to_tokio_threshold_seconds: Some(TOKIO_TIMER_ABOVE_SECS),
         ..ServerConf::default()
     }
 }
@@ -164,6 +170,10 @@ mod tests {
         );
         assert_eq!(conf.upgrade_sock, UPGRADE_SOCK);
         assert_eq!(conf.pid_file, PID_FILE);
+        assert_eq!(
+            conf.fast_timeout_to_tokio_threshold_seconds,
+            Some(TOKIO_TIMER_ABOVE_SECS)
+        );
     }
 
     #[test]
@@ -188,6 +198,10 @@ mod tests {
         assert_eq!(
             conf.graceful_shutdown_timeout_seconds,
             Some(SHUTDOWN_TIMEOUT_SECS)
+        );
+        assert_eq!(
+            conf.fast_timeout_to_tokio_threshold_seconds,
+            Some(TOKIO_TIMER_ABOVE_SECS)
         );
     }
 

@@ -1,8 +1,10 @@
 //! The access log: one structured line per request, logged under the target `sturnus::access`.
 //!
-//! The fields are `log` key-values, so the JSON logger writes them as top-level JSON fields next
-//! to `timestamp` and `level`. Only ids, names from the config, numbers and the path are logged:
+//! The fields are top-level JSON fields next to `timestamp` and `level`: built directly into the
+//! line when the logger writes JSON, else passed as `log` key-values (the readable format). Only ids, names from the config, numbers and the path are logged:
 //! never a header value, a query string, a key or any request or response content.
+
+use super::logger::JsonLine;
 
 /// The log target of access lines (filter them with `RUST_LOG=sturnus::access=off`).
 pub const TARGET: &str = "sturnus::access";
@@ -80,8 +82,16 @@ pub fn millis(seconds: f64) -> f64 {
 }
 
 impl AccessRecord<'_> {
-    /// Writes the line at info level under [`TARGET`].
+    /// Writes the line at info level under [`TARGET`]: built directly when the logger writes
+    /// JSON (once per request, the `log` key-value path costs too much), else through `log`.
     pub fn log(&self) {
+        if !log::log_enabled!(target: TARGET, log::Level::Info) {
+            return;
+        }
+        if super::logger::writes_json() {
+            self.json_line().write(true);
+            return;
+        }
         log::info!(
             target: TARGET,
             request_id = self.request_id,
@@ -107,9 +117,118 @@ impl AccessRecord<'_> {
     }
 }
 
+impl AccessRecord<'_> {
+    /// The JSON line: the same fields, in the same order, as the `log` record carries.
+    fn json_line(&self) -> JsonLine {
+        let mut line = JsonLine::new(log::Level::Info, TARGET, MESSAGE);
+        line.str("request_id", Some(self.request_id))
+            .str("trace_id", Some(&self.trace_id))
+            .str("span_id", Some(&self.span_id))
+            .str("parent_span_id", self.parent_span_id.as_deref())
+            .str("method", Some(self.method))
+            .str("path", Some(self.path))
+            .str("alias", self.alias)
+            .str("provider", self.provider)
+            .str("model", self.model)
+            .bool("stream", self.stream)
+            .u64("status", self.status.map(u64::from))
+            .str("outcome", Some(self.outcome.as_str()))
+            .str("error_kind", self.error_kind)
+            .f64("ttfc_ms", self.ttfc_ms)
+            .f64("duration_ms", Some(self.duration_ms))
+            .u64("request_bytes", Some(self.request_bytes))
+            .u64("response_bytes", Some(self.response_bytes))
+            .str("upstream_request_id", self.upstream_request_id);
+        line
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(routed: bool) -> AccessRecord<'static> {
+        AccessRecord {
+            request_id: "req-1",
+            trace_id: "ab".repeat(16),
+            span_id: "01".repeat(8),
+            parent_span_id: routed.then(|| "02".repeat(8)),
+            method: "POST",
+            path: "/v1/chat/completions",
+            alias: routed.then_some("fast"),
+            provider: routed.then_some("openai"),
+            model: routed.then_some("gpt \"x\""),
+            stream: routed.then_some(true),
+            status: routed.then_some(200),
+            outcome: Verdict::Success,
+            error_kind: None,
+            ttfc_ms: routed.then_some(12.345),
+            duration_ms: 20.0,
+            request_bytes: 1024,
+            response_bytes: 77,
+            upstream_request_id: None,
+        }
+    }
+
+    #[test]
+    fn the_json_line_has_every_field_in_order_with_its_json_type() {
+        let line = record(true).json_line().finish();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let ts = v["timestamp"].as_str().unwrap();
+        assert!(
+            ts.ends_with('Z') && ts.len() == "2026-01-02T03:04:05.678Z".len(),
+            "{ts}"
+        );
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["target"], TARGET);
+        assert_eq!(v["message"], MESSAGE);
+        assert_eq!(v["model"], "gpt \"x\"");
+        assert_eq!(v["stream"], true);
+        assert_eq!(v["status"], 200);
+        assert_eq!(v["ttfc_ms"], 12.345);
+        assert_eq!(v["duration_ms"], 20.0);
+        assert_eq!(v["request_bytes"], 1024);
+        assert!(v["error_kind"].is_null() && v["upstream_request_id"].is_null());
+        let order = [
+            "timestamp",
+            "level",
+            "target",
+            "message",
+            "request_id",
+            "trace_id",
+            "span_id",
+            "parent_span_id",
+            "method",
+            "path",
+            "alias",
+            "provider",
+            "model",
+            "stream",
+            "status",
+            "outcome",
+            "error_kind",
+            "ttfc_ms",
+            "duration_ms",
+            "request_bytes",
+            "response_bytes",
+            "upstream_request_id",
+        ];
+        let at = |key: &str| line.find(&format!("\"{key}\":")).unwrap();
+        assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{line}");
+        assert_eq!(v.as_object().unwrap().len(), order.len());
+        let unrouted = record(false).json_line().finish();
+        let v: serde_json::Value = serde_json::from_str(&unrouted).unwrap();
+        for field in [
+            "parent_span_id",
+            "alias",
+            "provider",
+            "model",
+            "stream",
+            "status",
+        ] {
+            assert!(v[field].is_null(), "{field} in {unrouted}");
+        }
+    }
 
     #[test]
     fn millis_keep_microseconds() {

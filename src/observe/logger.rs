@@ -47,18 +47,15 @@ pub fn init(format: LogFormat) {
         // escapes and ask the kernel whether stdout is a terminal before every line.)
         builder.target(env_logger::Target::Pipe(Box::new(std::io::sink())));
         builder.write_style(env_logger::WriteStyle::Never);
-        builder.format(|buf, record| {
+        builder.format(|_, record| {
             let mut line = String::with_capacity(LINE_CAPACITY);
-            write_json_line(
-                &mut line,
-                format_args!("{}", buf.timestamp_millis()),
-                record,
-            );
+            write_json_line(&mut line, format_args!("{}", timestamp()), record);
             line.push('\n');
             let batch = record.target() == super::access_log::TARGET;
             super::log_sink::write_line(line.as_bytes(), batch);
             Ok(())
         });
+        WRITES_JSON.store(true, std::sync::atomic::Ordering::Relaxed);
     } else {
         builder.target(env_logger::Target::Stdout);
         builder.format(|buf, record| {
@@ -72,6 +69,129 @@ pub fn init(format: LogFormat) {
 /// Room for a whole access line, so formatting one does not reallocate.
 const LINE_CAPACITY: usize = 1024;
 
+/// Set once JSON lines are being written (see [`writes_json`]).
+static WRITES_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the installed logger writes JSON lines, so a structured line may be built directly
+/// with [`JsonLine`] instead of going through `log`'s key-values.
+pub fn writes_json() -> bool {
+    WRITES_JSON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The `timestamp` of a line: UTC, RFC 3339, milliseconds.
+fn timestamp() -> impl std::fmt::Display {
+    struct Millis(jiff::Timestamp);
+    impl std::fmt::Display for Millis {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{:.3}", self.0)
+        }
+    }
+    Millis(jiff::Timestamp::now())
+}
+
+/// A JSON line built field by field, the same shape as a `log` record's line: for the access
+/// line, written once per request, where visiting `log`'s key-values costs more than the
+/// proxying around it.
+pub struct JsonLine(String);
+
+impl JsonLine {
+    /// Starts a line with its fixed fields.
+    pub fn new(level: log::Level, target: &str, message: &str) -> JsonLine {
+        let mut s = String::with_capacity(LINE_CAPACITY);
+        push_fixed_fields(&mut s, format_args!("{}", timestamp()), level, target);
+        push_json_str(&mut s, message);
+        JsonLine(s)
+    }
+
+    /// Starts a field. Keys are the caller's identifiers (`[a-z_]`), written without escaping.
+    fn key(&mut self, key: &'static str) -> &mut String {
+        debug_assert!(!key.bytes().any(needs_escape));
+        self.0.push_str(",\"");
+        self.0.push_str(key);
+        self.0.push_str("\":");
+        &mut self.0
+    }
+
+    /// A string field (`null` when absent).
+    pub fn str(&mut self, key: &'static str, value: Option<&str>) -> &mut Self {
+        let s = self.key(key);
+        match value {
+            Some(v) => push_json_str(s, v),
+            None => s.push_str("null"),
+        }
+        self
+    }
+
+    /// An integer field (`null` when absent).
+    pub fn u64(&mut self, key: &'static str, value: Option<u64>) -> &mut Self {
+        let s = self.key(key);
+        match value {
+            Some(v) => {
+                let _ = write!(s, "{v}");
+            }
+            None => s.push_str("null"),
+        }
+        self
+    }
+
+    /// A number field (`null` when absent or not finite).
+    pub fn f64(&mut self, key: &'static str, value: Option<f64>) -> &mut Self {
+        let s = self.key(key);
+        push_json_f64(s, value);
+        self
+    }
+
+    /// A boolean field (`null` when absent).
+    pub fn bool(&mut self, key: &'static str, value: Option<bool>) -> &mut Self {
+        let s = self.key(key);
+        s.push_str(match value {
+            Some(true) => "true",
+            Some(false) => "false",
+            None => "null",
+        });
+        self
+    }
+
+    /// The finished line (without the newline).
+    pub fn finish(mut self) -> String {
+        self.0.push('}');
+        self.0
+    }
+
+    /// Writes the line to stdout; `batch` as in [`super::log_sink::write_line`].
+    pub fn write(self, batch: bool) {
+        let mut line = self.finish();
+        line.push('\n');
+        super::log_sink::write_line(line.as_bytes(), batch);
+    }
+}
+
+/// `{"timestamp":…,"level":…,"target":…,"message":` — the start of every JSON line.
+fn push_fixed_fields(
+    s: &mut String,
+    timestamp: std::fmt::Arguments,
+    level: log::Level,
+    target: &str,
+) {
+    s.push_str("{\"timestamp\":\"");
+    let _ = s.write_fmt(timestamp);
+    s.push_str("\",\"level\":");
+    push_json_str(s, level.as_str());
+    s.push_str(",\"target\":");
+    push_json_str(s, target);
+    s.push_str(",\"message\":");
+}
+
+/// Appends a JSON number, or `null` for an absent or non-finite one.
+fn push_json_f64(s: &mut String, value: Option<f64>) {
+    match value {
+        Some(v) if v.is_finite() => {
+            let _ = write!(s, "{v}");
+        }
+        _ => s.push_str("null"),
+    }
+}
+
 /// One JSON object for a record: fixed fields first, then the record's key-values.
 pub fn json_line(timestamp: &str, record: &Record) -> String {
     let mut s = String::with_capacity(LINE_CAPACITY);
@@ -82,13 +202,7 @@ pub fn json_line(timestamp: &str, record: &Record) -> String {
 /// Appends [`json_line`]'s object to `s`, writing every value straight into it (this runs
 /// once per request for the access line, so it builds no intermediate values).
 fn write_json_line(s: &mut String, timestamp: std::fmt::Arguments, record: &Record) {
-    s.push_str("{\"timestamp\":\"");
-    let _ = s.write_fmt(timestamp);
-    s.push_str("\",\"level\":");
-    push_json_str(s, record.level().as_str());
-    s.push_str(",\"target\":");
-    push_json_str(s, record.target());
-    s.push_str(",\"message\":");
+    push_fixed_fields(s, timestamp, record.level(), record.target());
     match record.args().as_str() {
         Some(message) => push_json_str(s, message),
         None => push_json_str(s, &record.args().to_string()),
@@ -226,12 +340,7 @@ impl<'v> VisitValue<'v> for WriteJson<'_> {
         Ok(())
     }
     fn visit_f64(&mut self, value: f64) -> Result<(), kv::Error> {
-        // Non-finite numbers have no JSON form.
-        if value.is_finite() {
-            let _ = write!(self.0, "{value}");
-        } else {
-            self.0.push_str("null");
-        }
+        push_json_f64(self.0, Some(value));
         Ok(())
     }
     fn visit_bool(&mut self, value: bool) -> Result<(), kv::Error> {

@@ -203,10 +203,20 @@ fn examine(buf: &[u8]) -> Examined {
     }
 }
 
+/// Header lines a request usually fits in: parsed with a small array first, since the full
+/// one (8 KiB) would be initialised for every request.
+const USUAL_HEADERS: usize = 32;
+
 /// Runs httparse over `buf` the way Pingora does (default settings, Pingora's header count).
 fn parse(buf: &[u8]) -> httparse::Result<usize> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    httparse::Request::new(&mut headers).parse(buf)
+    let mut usual = [httparse::EMPTY_HEADER; USUAL_HEADERS];
+    match httparse::Request::new(&mut usual).parse(buf) {
+        Err(httparse::Error::TooManyHeaders) => {
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            httparse::Request::new(&mut headers).parse(buf)
+        }
+        other => other,
+    }
 }
 
 /// The verdict for one parse result of `buf`.
