@@ -89,8 +89,8 @@ fi
 log "building the release binary and the benchmark examples"
 cargo build --release --quiet --bin sturnus \
   --example mock_provider --example passthrough --example ttfc_client
-BIN=$ROOT/target/release
-EX=$ROOT/target/release/examples
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+EX=$BIN/examples
 
 # ---------------------------------------------------------------- scratch and cleanup
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sturnus-bench.XXXXXX")
