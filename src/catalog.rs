@@ -6,6 +6,7 @@
 use crate::config::Config;
 use crate::providers::Provider;
 use crate::routing::{self, affinity, CandidateStats, Choice, Mode, RoutingParams};
+use http::HeaderValue;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -20,6 +21,10 @@ pub struct Candidate {
     pub stats: Arc<CandidateStats>,
     /// The `x-session-affinity` value naming this candidate: `provider/model`.
     pub affinity: String,
+    /// [`Candidate::affinity`] and the provider's name as response header values, built once
+    /// so each response clones them instead of validating and copying (`None`: not a valid
+    /// header value, so the header is left out).
+    pub header_values: (Option<HeaderValue>, Option<HeaderValue>),
 }
 
 /// One alias with its candidates in config order.
@@ -98,8 +103,14 @@ impl Catalog {
                             .find(|p| p.name == c.provider)
                             .ok_or_else(|| format!("unknown provider {}", c.provider))?
                             .clone();
+                        let affinity = affinity::format(&provider.name, &c.model);
+                        let header_values = (
+                            HeaderValue::from_str(&affinity).ok(),
+                            HeaderValue::from_str(&provider.name).ok(),
+                        );
                         let k = Arc::new(Candidate {
-                            affinity: affinity::format(&provider.name, &c.model),
+                            affinity,
+                            header_values,
                             provider,
                             model: c.model.clone(),
                             stats: Arc::new(CandidateStats::new()),

@@ -60,8 +60,13 @@ pub fn response_header(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
     ctx.status = Some(resp.status.as_u16());
     honour_retry_after(resp, ctx);
     if let Some(route) = &ctx.route {
-        let _ = resp.insert_header(AFFINITY_HEADER, route.candidate.affinity.as_str());
-        let _ = resp.insert_header(PROVIDER_HEADER, route.candidate.provider.name.as_str());
+        let (affinity, provider) = &route.candidate.header_values;
+        if let Some(value) = affinity {
+            let _ = resp.insert_header(AFFINITY_HEADER, value.clone());
+        }
+        if let Some(value) = provider {
+            let _ = resp.insert_header(PROVIDER_HEADER, value.clone());
+        }
     }
     if let Some(theirs) = resp.headers.get(trace::REQUEST_ID).cloned() {
         if theirs.as_bytes() != ctx.request_id.as_bytes() {

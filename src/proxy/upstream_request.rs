@@ -26,6 +26,10 @@ const DROPPED: &[&str] = &[
     "host",
 ];
 
+/// [`DROPPED`] headers that [`prepare`] sets again anyway: replacing them in place is cheaper
+/// than removing and re-inserting.
+const REPLACED: &[&str] = &["content-length", "host"];
+
 /// Rewrites a copy of the client's request header for the provider: path, `Host`, auth,
 /// `Content-Length` of the spliced body, `traceparent` naming sturnus's span (`tracestate` only
 /// when the caller's trace continues); every other client header passes through.
@@ -69,7 +73,8 @@ fn remove_client_only_headers(req: &mut RequestHeader) {
         .keys()
         .filter(|name| {
             let name = name.as_str();
-            DROPPED.contains(&name) || named.iter().any(|n| n == name)
+            (DROPPED.contains(&name) && !REPLACED.contains(&name))
+                || named.iter().any(|n| n == name)
         })
         .cloned()
         .collect();
@@ -110,6 +115,8 @@ mod tests {
             ("transfer-encoding", "chunked"),
             ("openai-beta", "assistants=v2"),
             ("host", "127.0.0.1:4000"),
+            ("host", "second.example"),
+            ("content-length", "999"),
             ("connection", "keep-alive, x-hop"),
             ("x-hop", "1"),
         ] {
@@ -130,8 +137,15 @@ mod tests {
         assert!(h.get("cookie").is_none() && h.get("x-session-affinity").is_none());
         assert!(h.get("transfer-encoding").is_none() && h.get("x-hop").is_none());
         assert_eq!(h["openai-beta"], "assistants=v2");
+        assert_eq!(h.get_all("host").iter().count(), 1);
         assert_eq!(h["host"], "127.0.0.1:9000");
+        assert_eq!(h.get_all("content-length").iter().count(), 1);
         assert_eq!(h["content-length"], "42");
+        let mut wire = Vec::new();
+        req.header_to_h1_wire(&mut wire);
+        let wire = String::from_utf8(wire).unwrap().to_ascii_lowercase();
+        assert_eq!(wire.matches("host:").count(), 1, "{wire}");
+        assert_eq!(wire.matches("content-length:").count(), 1, "{wire}");
         assert_eq!(req.uri, "/v1/chat/completions?x=1");
         assert_eq!(h["traceparent"], trace.traceparent().as_str());
     }
