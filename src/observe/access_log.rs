@@ -134,8 +134,8 @@ impl AccessRecord<'_> {
             .u64("status", self.status.map(u64::from))
             .str("outcome", Some(self.outcome.as_str()))
             .str("error_kind", self.error_kind)
-            .f64("ttfc_ms", self.ttfc_ms)
-            .f64("duration_ms", Some(self.duration_ms))
+            .millis("ttfc_ms", self.ttfc_ms)
+            .millis("duration_ms", Some(self.duration_ms))
             .u64("request_bytes", Some(self.request_bytes))
             .u64("response_bytes", Some(self.response_bytes))
             .str("upstream_request_id", self.upstream_request_id);

@@ -141,6 +141,18 @@ impl JsonLine {
         self
     }
 
+    /// A millisecond field already rounded to microseconds (as `access_log::millis` makes
+    /// them), written as its shortest decimal — the text `f64`'s `Display` gives, without its
+    /// general-purpose float formatting (`null` when absent or not finite).
+    pub fn millis(&mut self, key: &'static str, value: Option<f64>) -> &mut Self {
+        let s = self.key(key);
+        match value {
+            Some(v) if v.is_finite() && (0.0..1e12).contains(&v) => push_millis(s, v),
+            other => push_json_f64(s, other),
+        }
+        self
+    }
+
     /// A boolean field (`null` when absent).
     pub fn bool(&mut self, key: &'static str, value: Option<bool>) -> &mut Self {
         let s = self.key(key);
@@ -180,6 +192,22 @@ fn push_fixed_fields(
     s.push_str(",\"target\":");
     push_json_str(s, target);
     s.push_str(",\"message\":");
+}
+
+/// Appends `ms` (non-negative, below 10¹², at most three decimals) as its shortest decimal.
+fn push_millis(s: &mut String, ms: f64) {
+    let micros = (ms * 1000.0).round() as u64;
+    let _ = write!(s, "{}", micros / 1000);
+    let mut fraction = micros % 1000;
+    if fraction == 0 {
+        return;
+    }
+    let mut digits = 3;
+    while fraction % 10 == 0 {
+        fraction /= 10;
+        digits -= 1;
+    }
+    let _ = write!(s, ".{fraction:0digits$}");
 }
 
 /// Appends a JSON number, or `null` for an absent or non-finite one.
@@ -409,6 +437,28 @@ mod tests {
         assert_eq!(v["ttfc_ms"], 12.5);
         assert!(v["alias"].is_null());
         assert!(line.starts_with("{\"timestamp\":"));
+    }
+
+    #[test]
+    fn millis_read_as_f64_display_writes_them() {
+        let mut values = vec![
+            0.0, 0.001, 0.01, 0.1, 1.0, 12.5, 12.345, 20.0, 999.999, 1000.0,
+        ];
+        let mut x = 0.000_123_4_f64;
+        while x < 1e7 {
+            values.push(crate::observe::access_log::millis(x));
+            x = x * 1.37 + 0.000_001;
+        }
+        for v in values {
+            let mut line = JsonLine(String::new());
+            line.millis("k", Some(v));
+            assert_eq!(line.0, format!(",\"k\":{v}"), "{v:?}");
+        }
+        let mut line = JsonLine(String::new());
+        line.millis("a", None)
+            .millis("b", Some(f64::NAN))
+            .millis("c", Some(-1.5));
+        assert_eq!(line.0, ",\"a\":null,\"b\":null,\"c\":-1.5");
     }
 
     #[test]

@@ -91,10 +91,17 @@ pub async fn read_whole(
     session.enable_retry_buffering();
     session.set_read_timeout(Some(limits.timeout));
     let mut buf: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
-    let deadline = tokio::time::Instant::now() + limits.timeout;
+    // One timer for the whole body, armed only if a read has to wait.
+    let deadline = tokio::time::sleep(limits.timeout);
+    tokio::pin!(deadline);
     loop {
-        let chunk = match tokio::time::timeout_at(deadline, session.read_request_body()).await {
-            Err(_) => return Ok(Err(ApiError::request_timeout("body", limits.timeout).into())),
+        let read = tokio::select! {
+            biased;
+            read = session.read_request_body() => Ok(read),
+            () = &mut deadline => Err(()),
+        };
+        let chunk = match read {
+            Err(()) => return Ok(Err(ApiError::request_timeout("body", limits.timeout).into())),
             Ok(Err(e)) if matches!(e.etype(), ErrorType::ReadTimedout) => {
                 return Ok(Err(ApiError::request_timeout("body", limits.timeout).into()))
             }
