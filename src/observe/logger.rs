@@ -134,13 +134,6 @@ impl JsonLine {
         self
     }
 
-    /// A number field (`null` when absent or not finite).
-    pub fn f64(&mut self, key: &'static str, value: Option<f64>) -> &mut Self {
-        let s = self.key(key);
-        push_json_f64(s, value);
-        self
-    }
-
     /// A millisecond field already rounded to microseconds (as `access_log::millis` makes
     /// them), written as its shortest decimal — the text `f64`'s `Display` gives, without its
     /// general-purpose float formatting (`null` when absent or not finite).
