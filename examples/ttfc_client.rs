@@ -213,17 +213,7 @@ impl Conn {
         let (status, framing, keep) = self.read_head().await?;
         let mut first: Option<Instant> = None;
         match framing {
-            Framing::Length(mut left) => {
-                while left > 0 {
-                    if self.unread().is_empty() && self.fill().await? == 0 {
-                        return Err(eof());
-                    }
-                    first.get_or_insert_with(Instant::now);
-                    let take = left.min(self.unread().len());
-                    self.pos += take;
-                    left -= take;
-                }
-            }
+            Framing::Length(left) => self.skip_body_bytes(left, &mut first).await?,
             Framing::Chunked => self.read_chunked(&mut first).await?,
             Framing::Close => {
                 loop {
@@ -290,20 +280,29 @@ impl Conn {
                 while !self.read_line().await?.is_empty() {}
                 return Ok(());
             }
-            let mut left = size + 2;
-            while left > 0 {
-                if self.unread().is_empty() && self.fill().await? == 0 {
-                    return Err(eof());
-                }
-                first.get_or_insert_with(Instant::now);
-                let take = left.min(self.unread().len());
-                self.pos += take;
-                left -= take;
-            }
+            self.skip_body_bytes(size + 2, first).await?;
         }
     }
 
     /// One CRLF-terminated line (without the CRLF).
+    /// Consumes `left` body bytes, noting when the first of them arrived.
+    async fn skip_body_bytes(
+        &mut self,
+        mut left: usize,
+        first: &mut Option<Instant>,
+    ) -> std::io::Result<()> {
+        while left > 0 {
+            if self.unread().is_empty() && self.fill().await? == 0 {
+                return Err(eof());
+            }
+            first.get_or_insert_with(Instant::now);
+            let take = left.min(self.unread().len());
+            self.pos += take;
+            left -= take;
+        }
+        Ok(())
+    }
+
     async fn read_line(&mut self) -> std::io::Result<String> {
         loop {
             if let Some(i) = self.unread().windows(2).position(|w| w == b"\r\n") {
