@@ -59,8 +59,9 @@ pub fn answer(method: &http::Method, path: &str, app: &App) -> Option<Answer> {
     Some(build(app))
 }
 
-/// Serves an admin request on the proxy listener; true when it was one.
-pub async fn serve(session: &mut Session, app: &App) -> Result<bool> {
+/// Serves an admin request on the proxy listener (answering with `request_id`); true when it
+/// was one.
+pub async fn serve(session: &mut Session, app: &App, request_id: &str) -> Result<bool> {
     let header = session.req_header();
     let Some(answer) = answer(&header.method, header.uri.path(), app) else {
         return Ok(false);
@@ -72,7 +73,8 @@ pub async fn serve(session: &mut Session, app: &App) -> Result<bool> {
             session.set_keepalive(None);
         }
         let body = if head { Vec::new() } else { answer.body };
-        respond::send(session, answer.status, answer.content_type, body, &[]).await
+        let (status, content_type) = (answer.status, answer.content_type);
+        respond::send(session, request_id, status, content_type, body, &[]).await
     })
     .await?;
     Ok(true)

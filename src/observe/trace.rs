@@ -6,6 +6,7 @@
 //! `ff`, several headers) starts a new trace with random ids; the stale `tracestate` is dropped.
 
 use crate::routing::{RngSource, ThreadRng};
+use http::HeaderName;
 
 /// Request header carrying the trace context.
 pub const TRACEPARENT: &str = "traceparent";
@@ -15,6 +16,12 @@ pub const TRACESTATE: &str = "tracestate";
 pub const REQUEST_ID: &str = "x-request-id";
 /// Response header keeping the provider's own `x-request-id` when sturnus replaces it.
 pub const UPSTREAM_REQUEST_ID: &str = "x-upstream-request-id";
+/// [`TRACEPARENT`] as a header name, for inserting without parsing the name each time.
+pub static TRACEPARENT_NAME: HeaderName = HeaderName::from_static(TRACEPARENT);
+/// [`REQUEST_ID`] as a header name.
+pub static REQUEST_ID_NAME: HeaderName = HeaderName::from_static(REQUEST_ID);
+/// [`UPSTREAM_REQUEST_ID`] as a header name.
+pub static UPSTREAM_REQUEST_ID_NAME: HeaderName = HeaderName::from_static(UPSTREAM_REQUEST_ID);
 
 /// Longest client-supplied `x-request-id` sturnus keeps (longer ones are replaced).
 const MAX_REQUEST_ID: usize = 128;

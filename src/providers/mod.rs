@@ -17,7 +17,6 @@ mod vertex;
 use crate::config::{ProviderConfig, ProviderKind};
 pub use credential::{Credential, CredentialError};
 use gcp::GoogleTokens;
-use pingora::http::RequestHeader;
 use pingora_core::upstreams::peer::HttpPeer;
 use resolve::HostAddr;
 use std::sync::Arc;
@@ -86,10 +85,18 @@ impl Endpoint {
     /// The upstream path and query for a client path suffix (after `/v1`) and candidate model.
     pub fn path_and_query(&self, suffix: &str, query: Option<&str>, model: &str) -> String {
         match &self.style {
-            PathStyle::Append => match query {
-                Some(q) if !q.is_empty() => format!("{}{}?{}", self.prefix, suffix, q),
-                _ => format!("{}{}", self.prefix, suffix),
-            },
+            PathStyle::Append => {
+                let query = query.filter(|q| !q.is_empty());
+                let len = self.prefix.len() + suffix.len() + query.map_or(0, |q| q.len() + 1);
+                let mut out = String::with_capacity(len);
+                out.push_str(&self.prefix);
+                out.push_str(suffix);
+                if let Some(q) = query {
+                    out.push('?');
+                    out.push_str(q);
+                }
+                out
+            }
             PathStyle::AzureDeployment { api_version } => {
                 let mut out = format!(
                     "{}/deployments/{}{}?",
@@ -155,6 +162,7 @@ pub struct Provider {
     /// Where requests go.
     pub endpoint: Endpoint,
     host_header: String,
+    host_value: http::HeaderValue,
     addr: HostAddr,
     credential: Arc<dyn Credential>,
     google: Option<Arc<GoogleTokens>>,
@@ -200,9 +208,17 @@ impl Provider {
             }
         };
         let endpoint = endpoint.overridden_by(cfg);
+        let host_header = endpoint.host_header();
+        let host_value = http::HeaderValue::from_str(&host_header).map_err(|_| {
+            format!(
+                "provider {}: host {host_header:?} is not a valid Host header",
+                cfg.name
+            )
+        })?;
         Ok(Provider {
             name: cfg.name.clone(),
-            host_header: endpoint.host_header(),
+            host_header,
+            host_value,
             addr: HostAddr::new(&endpoint.host, endpoint.port),
             endpoint,
             credential,
@@ -221,9 +237,14 @@ impl Provider {
         &self.host_header
     }
 
-    /// Sets this provider's auth headers on an upstream request.
-    pub fn authorize(&self, req: &mut RequestHeader) -> Result<(), CredentialError> {
-        self.credential.apply(req)
+    /// [`Provider::host_header`] as a header value, built once.
+    pub fn host_value(&self) -> &http::HeaderValue {
+        &self.host_value
+    }
+
+    /// Sets this provider's auth headers on an upstream request's header map.
+    pub fn authorize(&self, headers: &mut http::HeaderMap) -> Result<(), CredentialError> {
+        self.credential.apply(headers)
     }
 
     /// Checks, without a request at hand, whether the credential can currently authorize one.
@@ -312,10 +333,9 @@ mod tests {
 
     /// The derived URL (host header + path) and the auth headers each kind sends.
     fn sent(p: &Provider, suffix: &str, query: Option<&str>, model: &str) -> (String, Vec<String>) {
-        let mut req = RequestHeader::build("POST", b"/", None).unwrap();
-        p.authorize(&mut req).unwrap();
-        let mut headers: Vec<String> = req
-            .headers
+        let mut sent = http::HeaderMap::new();
+        p.authorize(&mut sent).unwrap();
+        let mut headers: Vec<String> = sent
             .iter()
             .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap()))
             .collect();

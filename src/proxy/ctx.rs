@@ -94,12 +94,14 @@ impl RequestCtx {
 
 impl RequestCtx {
     /// Takes the request's identity from its headers: the client's `x-request-id` (when safe)
-    /// or a new one, written back so every answer and the provider see the same id; and the
+    /// or a new one, which every answer and the provider's request then carry; and the
     /// caller's trace context, or a new trace.
-    pub fn identify(&mut self, req: &mut RequestHeader) {
-        let client_id = req.headers.get(trace::REQUEST_ID).map(|v| v.as_bytes());
+    pub fn identify(&mut self, req: &RequestHeader) {
+        let client_id = req
+            .headers
+            .get(&trace::REQUEST_ID_NAME)
+            .map(|v| v.as_bytes());
         self.request_id = trace::request_id(client_id);
-        let _ = req.insert_header(trace::REQUEST_ID, self.request_id.as_str());
         self.trace = TraceContext::from_headers(
             req.headers
                 .get_all(trace::TRACEPARENT)
@@ -110,6 +112,14 @@ impl RequestCtx {
 }
 
 impl RequestCtx {
+    /// The ids the provider's request carries.
+    pub(super) fn ids(&self) -> super::upstream_request::RequestIds<'_> {
+        super::upstream_request::RequestIds {
+            request_id: &self.request_id,
+            trace: &self.trace,
+        }
+    }
+
     /// The request id, generating one if the request ended before [`RequestCtx::identify`].
     pub fn ensure_request_id(&mut self) -> &str {
         if self.request_id.is_empty() {

@@ -33,7 +33,7 @@ pub async fn forward(
         provider,
         &route.path_and_query,
         body_len,
-        &ctx.trace,
+        &ctx.ids(),
     ) {
         ctx.failure = Some(crate::routing::ErrorKind::Auth);
         return Error::e_explain(ErrorType::HTTPStatus(503), why.0);

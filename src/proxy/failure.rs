@@ -35,9 +35,18 @@ pub async fn respond(session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> 
     let already_answered = session.response_written().is_some();
     if !already_answered {
         session.set_keepalive(None);
-        if respond::send(session, err.status, "application/json", err.to_json(), &[])
-            .await
-            .is_err()
+        let request_id = ctx.ensure_request_id().to_owned();
+        let json = err.to_json();
+        if respond::send(
+            session,
+            &request_id,
+            err.status,
+            "application/json",
+            json,
+            &[],
+        )
+        .await
+        .is_err()
         {
             log::debug!("could not write the error answer; the client is gone");
         }

@@ -47,8 +47,8 @@ impl ProxyHttp for Sturnus {
 
     /// Admin endpoints, then validation and routing; large bodies are forwarded right here.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        ctx.identify(session.req_header_mut());
-        if admin::serve(session, &self.app).await? {
+        ctx.identify(session.req_header());
+        if admin::serve(session, &self.app, &ctx.request_id).await? {
             return Ok(true);
         }
         match intake::admit(session, &self.app, ctx).await? {
@@ -70,7 +70,8 @@ impl ProxyHttp for Sturnus {
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream chosen"))
     }
 
-    /// Provider path, `Host`, auth, `Content-Length` and `traceparent`; starts the TTFC clock.
+    /// Provider path, `Host`, auth, `Content-Length`, `x-request-id` and `traceparent`; starts
+    /// the TTFC clock.
     async fn upstream_request_filter(
         &self,
         _: &mut Session,
@@ -84,7 +85,7 @@ impl ProxyHttp for Sturnus {
                 provider,
                 &route.path_and_query,
                 route.body_len,
-                &ctx.trace,
+                &ctx.ids(),
             );
             if let Err(why) = prepared {
                 ctx.failure = Some(crate::routing::ErrorKind::Auth);

@@ -18,6 +18,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub const AFFINITY_HEADER: &str = "x-session-affinity";
 /// Response header naming the provider that served the request.
 pub const PROVIDER_HEADER: &str = "x-sturnus-provider";
+/// [`AFFINITY_HEADER`] as a header name, for inserting without parsing the name each time.
+static AFFINITY_NAME: http::HeaderName = http::HeaderName::from_static(AFFINITY_HEADER);
+/// [`PROVIDER_HEADER`] as a header name.
+static PROVIDER_NAME: http::HeaderName = http::HeaderName::from_static(PROVIDER_HEADER);
 
 /// Longest `Retry-After` honoured, so one odd header cannot bench a candidate for hours.
 const MAX_RETRY_AFTER_SECS: u64 = 300;
@@ -56,27 +60,38 @@ fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
 
 /// Notes the provider's status and adds the sturnus headers to its response. The provider's
 /// own `x-request-id` moves to `x-upstream-request-id`; `x-request-id` is sturnus's.
+///
+/// Like the upstream request, the header map is edited outside Pingora's [`ResponseHeader`]
+/// (see `upstream_request::prepare`): names reach the client in canonical case, and the status
+/// line carries the standard reason phrase.
 pub fn response_header(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
     ctx.status = Some(resp.status.as_u16());
     honour_retry_after(resp, ctx);
+    let empty = ResponseHeader::from(http::Response::new(()).into_parts().0);
+    let mut parts: http::response::Parts = std::mem::replace(resp, empty).into();
+    let headers = &mut parts.headers;
+    headers.reserve(4);
     if let Some(route) = &ctx.route {
         let (affinity, provider) = &route.candidate.header_values;
         if let Some(value) = affinity {
-            let _ = resp.insert_header(AFFINITY_HEADER, value.clone());
+            headers.insert(AFFINITY_NAME.clone(), value.clone());
         }
         if let Some(value) = provider {
-            let _ = resp.insert_header(PROVIDER_HEADER, value.clone());
+            headers.insert(PROVIDER_NAME.clone(), value.clone());
         }
     }
-    if let Some(theirs) = resp.headers.get(trace::REQUEST_ID).cloned() {
+    if let Some(theirs) = headers.get(&trace::REQUEST_ID_NAME).cloned() {
         if theirs.as_bytes() != ctx.request_id.as_bytes() {
             if trace::is_safe_id(theirs.as_bytes()) {
                 ctx.upstream_request_id = Some(String::from_utf8_lossy(theirs.as_bytes()).into());
             }
-            let _ = resp.insert_header(trace::UPSTREAM_REQUEST_ID, theirs);
+            headers.insert(trace::UPSTREAM_REQUEST_ID_NAME.clone(), theirs);
         }
     }
-    let _ = resp.insert_header(trace::REQUEST_ID, ctx.request_id.as_str());
+    if let Ok(id) = http::HeaderValue::from_str(&ctx.request_id) {
+        headers.insert(trace::REQUEST_ID_NAME.clone(), id);
+    }
+    *resp = ResponseHeader::from(parts);
 }
 
 /// Accounts one response body chunk; the first one (or the end of an empty body) is the TTFC.

@@ -7,10 +7,11 @@ use pingora::http::ResponseHeader;
 use pingora_core::Result;
 use pingora_proxy::Session;
 
-/// Writes a complete response with the given content type and body, echoing the request's
-/// `x-request-id` (set on the request header when the request came in).
+/// Writes a complete response with the given content type and body, carrying the request's
+/// `x-request-id`.
 pub async fn send(
     session: &mut Session,
+    request_id: &str,
     status: u16,
     content_type: &str,
     body: Vec<u8>,
@@ -19,8 +20,8 @@ pub async fn send(
     let mut header = ResponseHeader::build(status, Some(4 + extra_headers.len()))?;
     header.insert_header(http::header::CONTENT_TYPE, content_type)?;
     header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
-    if let Some(id) = session.req_header().headers.get(REQUEST_ID).cloned() {
-        header.insert_header(REQUEST_ID, id)?;
+    if !request_id.is_empty() {
+        header.insert_header(REQUEST_ID, request_id)?;
     }
     for (name, value) in extra_headers {
         header.insert_header(*name, value.as_str())?;
@@ -38,14 +39,27 @@ pub async fn send(
 
 /// Writes an OpenAI-shaped error. The connection is closed afterwards when the request body
 /// was not (or not completely) read, so leftover bytes are never parsed as a next request.
-pub async fn error(session: &mut Session, err: &ApiError, body_consumed: bool) -> Result<()> {
+pub async fn error(
+    session: &mut Session,
+    request_id: &str,
+    err: &ApiError,
+    body_consumed: bool,
+) -> Result<()> {
     // Boxed, like every answer here: error paths are rare, so their state stays out of the
     // request path's future.
     Box::pin(async move {
         if !body_consumed && !drain_small_body(session).await {
             session.set_keepalive(None);
         }
-        send(session, err.status, "application/json", err.to_json(), &[]).await
+        send(
+            session,
+            request_id,
+            err.status,
+            "application/json",
+            err.to_json(),
+            &[],
+        )
+        .await
     })
     .await
 }
@@ -53,7 +67,12 @@ pub async fn error(session: &mut Session, err: &ApiError, body_consumed: bool) -
 /// Answers a request whose body sturnus stopped reading (too large, over budget, too slow) and
 /// closes the connection. Before closing it drains what the client still sends for a moment
 /// ([`LINGER`]), without keeping it, so the client reads the answer rather than a reset.
-pub async fn refuse(session: &mut Session, err: &ApiError, retry_after: Option<u64>) -> Result<()> {
+pub async fn refuse(
+    session: &mut Session,
+    request_id: &str,
+    err: &ApiError,
+    retry_after: Option<u64>,
+) -> Result<()> {
     session.set_keepalive(None);
     let extra: Vec<(&'static str, String)> = retry_after
         .map(|secs| ("retry-after", secs.to_string()))
@@ -62,6 +81,7 @@ pub async fn refuse(session: &mut Session, err: &ApiError, retry_after: Option<u
     Box::pin(async move {
         send(
             session,
+            request_id,
             err.status,
             "application/json",
             err.to_json(),

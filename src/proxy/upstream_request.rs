@@ -2,6 +2,7 @@
 
 use crate::observe::trace::{self, TraceContext};
 use crate::providers::{CredentialError, Provider};
+use http::{HeaderMap, HeaderValue};
 use pingora::http::RequestHeader;
 
 /// Client headers that never reach a provider: client credentials, our own routing header,
@@ -31,35 +32,64 @@ const DROPPED: &[&str] = &[
 const REPLACED: &[&str] = &["content-length", "host"];
 
 /// Rewrites a copy of the client's request header for the provider: path, `Host`, auth,
-/// `Content-Length` of the spliced body, `traceparent` naming sturnus's span (`tracestate` only
-/// when the caller's trace continues); every other client header passes through.
+/// `Content-Length` of the spliced body, sturnus's `x-request-id`, `traceparent` naming
+/// sturnus's span (`tracestate` only when the caller's trace continues); every other client
+/// header passes through.
+///
+/// The header map is edited directly, outside Pingora's [`RequestHeader`]: its own insert and
+/// remove re-parse each name and keep a second map with the client's spelling of every name,
+/// which cost more than the rest of the rewrite. Names therefore reach the provider in
+/// canonical case (`Content-Type`, `x-custom`), which HTTP treats as the same names.
 pub fn prepare(
     req: &mut RequestHeader,
     provider: &Provider,
     path_and_query: &str,
     body_len: usize,
-    trace: &TraceContext,
+    ids: &RequestIds,
 ) -> Result<(), CredentialError> {
-    remove_client_only_headers(req);
     let uri = http::Uri::try_from(path_and_query)
         .map_err(|_| CredentialError("the upstream path is not a valid URI".into()))?;
-    req.set_uri(uri);
-    req.set_version(http::Version::HTTP_11);
-    let _ = req.insert_header(http::header::HOST, provider.host_header());
-    let _ = req.insert_header(http::header::CONTENT_LENGTH, body_len.to_string());
-    let _ = req.insert_header(trace::TRACEPARENT, trace.traceparent());
-    if !trace.continued() {
-        req.remove_header(trace::TRACESTATE);
+    let mut parts = take_parts(req);
+    parts.uri = uri;
+    parts.version = http::Version::HTTP_11;
+    let headers = &mut parts.headers;
+    remove_client_only_headers(headers);
+    headers.reserve(5);
+    headers.insert(http::header::HOST, provider.host_value().clone());
+    headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    if let Ok(id) = HeaderValue::from_str(ids.request_id) {
+        headers.insert(trace::REQUEST_ID_NAME.clone(), id);
     }
-    provider.authorize(req)
+    if let Ok(traceparent) = HeaderValue::try_from(ids.trace.traceparent()) {
+        headers.insert(trace::TRACEPARENT_NAME.clone(), traceparent);
+    }
+    if !ids.trace.continued() {
+        headers.remove(trace::TRACESTATE);
+    }
+    let authorized = provider.authorize(headers);
+    *req = RequestHeader::from(parts);
+    authorized
+}
+
+/// Who the request is, for the headers the provider receives.
+pub struct RequestIds<'a> {
+    /// sturnus's `x-request-id` for this request.
+    pub request_id: &'a str,
+    /// The trace context the `traceparent` sent upstream continues.
+    pub trace: &'a TraceContext,
+}
+
+/// The request's parts, leaving `req` empty; the case-preserving name map is dropped.
+fn take_parts(req: &mut RequestHeader) -> http::request::Parts {
+    let empty = RequestHeader::from(http::Request::new(()).into_parts().0);
+    std::mem::replace(req, empty).into()
 }
 
 /// Removes [`DROPPED`] headers and those the client's `Connection` header names. One pass over
-/// the names present finds them, so only headers the request carries are removed (each removal
-/// by name is a parse of the name and a hash lookup, even for a name that is not there).
-fn remove_client_only_headers(req: &mut RequestHeader) {
+/// the names present finds them, so only headers the request carries are removed.
+fn remove_client_only_headers(headers: &mut HeaderMap) {
     let mut named: Vec<String> = Vec::new();
-    for value in req.headers.get_all(http::header::CONNECTION) {
+    for value in headers.get_all(http::header::CONNECTION) {
         let Ok(value) = value.to_str() else { continue };
         named.extend(
             value
@@ -68,8 +98,7 @@ fn remove_client_only_headers(req: &mut RequestHeader) {
                 .filter(|t| !t.is_empty()),
         );
     }
-    let doomed: Vec<http::HeaderName> = req
-        .headers
+    let doomed: Vec<http::HeaderName> = headers
         .keys()
         .filter(|name| {
             let name = name.as_str();
@@ -79,7 +108,7 @@ fn remove_client_only_headers(req: &mut RequestHeader) {
         .cloned()
         .collect();
     for name in &doomed {
-        req.remove_header(name);
+        headers.remove(name);
     }
 }
 
@@ -123,14 +152,11 @@ mod tests {
             req.append_header(k, v).unwrap();
         }
         let trace = TraceContext::new_root();
-        prepare(
-            &mut req,
-            &provider(),
-            "/v1/chat/completions?x=1",
-            42,
-            &trace,
-        )
-        .unwrap();
+        let ids = RequestIds {
+            request_id: "req-1",
+            trace: &trace,
+        };
+        prepare(&mut req, &provider(), "/v1/chat/completions?x=1", 42, &ids).unwrap();
         let h = &req.headers;
         assert_eq!(h["authorization"], "Bearer sk-provider");
         assert!(h.get("x-api-key").is_none() && h.get("api-key").is_none());
@@ -148,6 +174,7 @@ mod tests {
         assert_eq!(wire.matches("content-length:").count(), 1, "{wire}");
         assert_eq!(req.uri, "/v1/chat/completions?x=1");
         assert_eq!(h["traceparent"], trace.traceparent().as_str());
+        assert_eq!(h["x-request-id"], "req-1");
     }
 
     #[test]
@@ -158,7 +185,11 @@ mod tests {
             req.append_header("traceparent", traceparent).unwrap();
             req.append_header("tracestate", "vendor=1,other=2").unwrap();
             let trace = TraceContext::from_headers([traceparent.as_bytes()].into_iter());
-            prepare(&mut req, &provider(), "/v1/embeddings", 1, &trace).unwrap();
+            let ids = RequestIds {
+                request_id: "req-2",
+                trace: &trace,
+            };
+            prepare(&mut req, &provider(), "/v1/embeddings", 1, &ids).unwrap();
             let h = &req.headers;
             assert_eq!(h.get_all("traceparent").iter().count(), 1);
             assert_eq!(h["traceparent"], trace.traceparent().as_str());

@@ -18,7 +18,6 @@ pub mod token;
 
 use crate::providers::credential::{Credential, CredentialError, Pending};
 use adc::Source;
-use pingora::http::RequestHeader;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use token::TokenCell;
@@ -82,10 +81,10 @@ impl GoogleTokens {
 pub struct BearerToken(pub Arc<GoogleTokens>);
 
 impl Credential for BearerToken {
-    fn apply(&self, req: &mut RequestHeader) -> Result<(), CredentialError> {
+    fn apply(&self, headers: &mut ::http::HeaderMap) -> Result<(), CredentialError> {
         let value = self.0.cell.header()?;
-        req.insert_header(::http::header::AUTHORIZATION, value)
-            .map_err(|_| CredentialError("cannot set the Authorization header".into()))
+        headers.insert(::http::header::AUTHORIZATION, value);
+        Ok(())
     }
 
     fn ready(&self) -> Result<(), CredentialError> {
