@@ -5,6 +5,7 @@
 //! never a header value, a query string, a key or any request or response content.
 
 use super::logger::JsonLine;
+use crate::json_key;
 
 /// The log target of access lines (filter them with `RUST_LOG=sturnus::access=off`).
 pub const TARGET: &str = "sturnus::access";
@@ -121,24 +122,24 @@ impl AccessRecord<'_> {
     /// The JSON line: the same fields, in the same order, as the `log` record carries.
     fn json_line(&self) -> JsonLine {
         let mut line = JsonLine::new(log::Level::Info, TARGET, MESSAGE);
-        line.str("request_id", Some(self.request_id))
-            .str("trace_id", Some(&self.trace_id))
-            .str("span_id", Some(&self.span_id))
-            .str("parent_span_id", self.parent_span_id.as_deref())
-            .str("method", Some(self.method))
-            .str("path", Some(self.path))
-            .str("alias", self.alias)
-            .str("provider", self.provider)
-            .str("model", self.model)
-            .bool("stream", self.stream)
-            .u64("status", self.status.map(u64::from))
-            .str("outcome", Some(self.outcome.as_str()))
-            .str("error_kind", self.error_kind)
-            .millis("ttfc_ms", self.ttfc_ms)
-            .millis("duration_ms", Some(self.duration_ms))
-            .u64("request_bytes", Some(self.request_bytes))
-            .u64("response_bytes", Some(self.response_bytes))
-            .str("upstream_request_id", self.upstream_request_id);
+        line.str(json_key!("request_id"), Some(self.request_id))
+            .str(json_key!("trace_id"), Some(&self.trace_id))
+            .str(json_key!("span_id"), Some(&self.span_id))
+            .str(json_key!("parent_span_id"), self.parent_span_id.as_deref())
+            .str(json_key!("method"), Some(self.method))
+            .str(json_key!("path"), Some(self.path))
+            .str(json_key!("alias"), self.alias)
+            .str(json_key!("provider"), self.provider)
+            .str(json_key!("model"), self.model)
+            .bool(json_key!("stream"), self.stream)
+            .u64(json_key!("status"), self.status.map(u64::from))
+            .str(json_key!("outcome"), Some(self.outcome.as_str()))
+            .str(json_key!("error_kind"), self.error_kind)
+            .millis(json_key!("ttfc_ms"), self.ttfc_ms)
+            .millis(json_key!("duration_ms"), Some(self.duration_ms))
+            .u64(json_key!("request_bytes"), Some(self.request_bytes))
+            .u64(json_key!("response_bytes"), Some(self.response_bytes))
+            .str(json_key!("upstream_request_id"), self.upstream_request_id);
         line
     }
 }

@@ -49,7 +49,7 @@ pub fn init(format: LogFormat) {
         builder.write_style(env_logger::WriteStyle::Never);
         builder.format(|_, record| {
             let mut line = String::with_capacity(LINE_CAPACITY);
-            write_json_line(&mut line, format_args!("{}", timestamp()), record);
+            write_json_line(&mut line, super::timestamp::now().as_str(), record);
             line.push('\n');
             let batch = record.target() == super::access_log::TARGET;
             super::log_sink::write_line(line.as_bytes(), batch);
@@ -78,42 +78,43 @@ pub fn writes_json() -> bool {
     WRITES_JSON.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The `timestamp` of a line: UTC, RFC 3339, milliseconds.
-fn timestamp() -> impl std::fmt::Display {
-    struct Millis(jiff::Timestamp);
-    impl std::fmt::Display for Millis {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "{:.3}", self.0)
-        }
-    }
-    Millis(jiff::Timestamp::now())
-}
-
 /// A JSON line built field by field, the same shape as a `log` record's line: for the access
 /// line, written once per request, where visiting `log`'s key-values costs more than the
 /// proxying around it.
 pub struct JsonLine(String);
 
+/// A field key with its JSON punctuation, `,"name":`, written by [`json_key!`] at compile
+/// time so a field costs one copy for its key.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldKey(pub &'static str);
+
+/// `json_key!("name")`: the [`FieldKey`] of the field `name` (the caller's identifier, `[a-z_]`,
+/// written without escaping).
+#[macro_export]
+macro_rules! json_key {
+    ($name:literal) => {
+        $crate::observe::logger::FieldKey(concat!(",\"", $name, "\":"))
+    };
+}
+
 impl JsonLine {
     /// Starts a line with its fixed fields.
     pub fn new(level: log::Level, target: &str, message: &str) -> JsonLine {
         let mut s = String::with_capacity(LINE_CAPACITY);
-        push_fixed_fields(&mut s, format_args!("{}", timestamp()), level, target);
+        push_fixed_fields(&mut s, super::timestamp::now().as_str(), level, target);
         push_json_str(&mut s, message);
         JsonLine(s)
     }
 
-    /// Starts a field. Keys are the caller's identifiers (`[a-z_]`), written without escaping.
-    fn key(&mut self, key: &'static str) -> &mut String {
-        debug_assert!(!key.bytes().any(needs_escape));
-        self.0.push_str(",\"");
-        self.0.push_str(key);
-        self.0.push_str("\":");
+    /// Starts a field: one copy of its key, punctuation included.
+    fn key(&mut self, key: FieldKey) -> &mut String {
+        debug_assert!(key.0.starts_with(",\"") && key.0.ends_with("\":"));
+        self.0.push_str(key.0);
         &mut self.0
     }
 
     /// A string field (`null` when absent).
-    pub fn str(&mut self, key: &'static str, value: Option<&str>) -> &mut Self {
+    pub fn str(&mut self, key: FieldKey, value: Option<&str>) -> &mut Self {
         let s = self.key(key);
         match value {
             Some(v) => push_json_str(s, v),
@@ -123,12 +124,10 @@ impl JsonLine {
     }
 
     /// An integer field (`null` when absent).
-    pub fn u64(&mut self, key: &'static str, value: Option<u64>) -> &mut Self {
+    pub fn u64(&mut self, key: FieldKey, value: Option<u64>) -> &mut Self {
         let s = self.key(key);
         match value {
-            Some(v) => {
-                let _ = write!(s, "{v}");
-            }
+            Some(v) => s.push_str(itoa::Buffer::new().format(v)),
             None => s.push_str("null"),
         }
         self
@@ -137,7 +136,7 @@ impl JsonLine {
     /// A millisecond field already rounded to microseconds (as `access_log::millis` makes
     /// them), written as its shortest decimal — the text `f64`'s `Display` gives, without its
     /// general-purpose float formatting (`null` when absent or not finite).
-    pub fn millis(&mut self, key: &'static str, value: Option<f64>) -> &mut Self {
+    pub fn millis(&mut self, key: FieldKey, value: Option<f64>) -> &mut Self {
         let s = self.key(key);
         match value {
             Some(v) if v.is_finite() && (0.0..1e12).contains(&v) => push_millis(s, v),
@@ -147,7 +146,7 @@ impl JsonLine {
     }
 
     /// A boolean field (`null` when absent).
-    pub fn bool(&mut self, key: &'static str, value: Option<bool>) -> &mut Self {
+    pub fn bool(&mut self, key: FieldKey, value: Option<bool>) -> &mut Self {
         let s = self.key(key);
         s.push_str(match value {
             Some(true) => "true",
@@ -172,14 +171,9 @@ impl JsonLine {
 }
 
 /// `{"timestamp":…,"level":…,"target":…,"message":` — the start of every JSON line.
-fn push_fixed_fields(
-    s: &mut String,
-    timestamp: std::fmt::Arguments,
-    level: log::Level,
-    target: &str,
-) {
+fn push_fixed_fields(s: &mut String, timestamp: &str, level: log::Level, target: &str) {
     s.push_str("{\"timestamp\":\"");
-    let _ = s.write_fmt(timestamp);
+    s.push_str(timestamp);
     s.push_str("\",\"level\":");
     push_json_str(s, level.as_str());
     s.push_str(",\"target\":");
@@ -190,17 +184,20 @@ fn push_fixed_fields(
 /// Appends `ms` (non-negative, below 10¹², at most three decimals) as its shortest decimal.
 fn push_millis(s: &mut String, ms: f64) {
     let micros = (ms * 1000.0).round() as u64;
-    let _ = write!(s, "{}", micros / 1000);
-    let mut fraction = micros % 1000;
-    if fraction == 0 {
-        return;
-    }
-    let mut digits = 3;
-    while fraction % 10 == 0 {
-        fraction /= 10;
-        digits -= 1;
-    }
-    let _ = write!(s, ".{fraction:0digits$}");
+    s.push_str(itoa::Buffer::new().format(micros / 1000));
+    let fraction = (micros % 1000) as u32;
+    let text = [
+        b'.',
+        b'0' + (fraction / 100) as u8,
+        b'0' + (fraction / 10 % 10) as u8,
+        b'0' + (fraction % 10) as u8,
+    ];
+    // Trailing zeros go, and the point with them when the fraction is zero.
+    let len = match text.iter().rposition(|&b| b != b'0') {
+        Some(0) | None => 0,
+        Some(last) => last + 1,
+    };
+    s.push_str(std::str::from_utf8(&text[..len]).unwrap_or(""));
 }
 
 /// Appends a JSON number, or `null` for an absent or non-finite one.
@@ -216,13 +213,13 @@ fn push_json_f64(s: &mut String, value: Option<f64>) {
 /// One JSON object for a record: fixed fields first, then the record's key-values.
 pub fn json_line(timestamp: &str, record: &Record) -> String {
     let mut s = String::with_capacity(LINE_CAPACITY);
-    write_json_line(&mut s, format_args!("{timestamp}"), record);
+    write_json_line(&mut s, timestamp, record);
     s
 }
 
 /// Appends [`json_line`]'s object to `s`, writing every value straight into it (this runs
 /// once per request for the access line, so it builds no intermediate values).
-fn write_json_line(s: &mut String, timestamp: std::fmt::Arguments, record: &Record) {
+fn write_json_line(s: &mut String, timestamp: &str, record: &Record) {
     push_fixed_fields(s, timestamp, record.level(), record.target());
     match record.args().as_str() {
         Some(message) => push_json_str(s, message),
@@ -247,7 +244,7 @@ pub fn pretty_line(timestamp: &str, record: &Record) -> String {
 /// Appends `text` as a JSON string (quotes, backslashes and control characters escaped).
 fn push_json_str(s: &mut String, text: &str) {
     s.push('"');
-    if !text.bytes().any(needs_escape) {
+    if !text.bytes().any(|b| NEEDS_ESCAPE[usize::from(b)]) {
         s.push_str(text);
         s.push('"');
         return;
@@ -276,9 +273,20 @@ fn push_json_str(s: &mut String, text: &str) {
 }
 
 /// Whether a byte cannot appear as it is inside a JSON string.
-fn needs_escape(b: u8) -> bool {
+const fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f
 }
+
+/// [`needs_escape`] for every byte: one load per byte on the access line's hot path.
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = needs_escape(b as u8);
+        b += 1;
+    }
+    table
+};
 
 /// A key-value as JSON: numbers, booleans, strings and `null` keep their type; anything else
 /// becomes its text.
@@ -444,13 +452,13 @@ mod tests {
         }
         for v in values {
             let mut line = JsonLine(String::new());
-            line.millis("k", Some(v));
+            line.millis(crate::json_key!("k"), Some(v));
             assert_eq!(line.0, format!(",\"k\":{v}"), "{v:?}");
         }
         let mut line = JsonLine(String::new());
-        line.millis("a", None)
-            .millis("b", Some(f64::NAN))
-            .millis("c", Some(-1.5));
+        line.millis(crate::json_key!("a"), None)
+            .millis(crate::json_key!("b"), Some(f64::NAN))
+            .millis(crate::json_key!("c"), Some(-1.5));
         assert_eq!(line.0, ",\"a\":null,\"b\":null,\"c\":-1.5");
     }
 

@@ -12,6 +12,7 @@ pub mod access_log;
 pub mod log_sink;
 pub mod logger;
 pub mod metrics;
+pub mod timestamp;
 pub mod trace;
 
 pub use access_log::{AccessRecord, Verdict};
