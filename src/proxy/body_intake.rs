@@ -89,7 +89,29 @@ pub async fn read_whole(
         session.write_continue_response().await?;
     }
     session.enable_retry_buffering();
+    // The deadline below bounds the whole body; Pingora's own per-read timeout would arm a
+    // second timer on every read. It is restored for whatever Pingora reads later (a drain).
+    session.set_read_timeout(None);
+    let read = read_chunks(session, limits, &mut reservation, declared).await;
     session.set_read_timeout(Some(limits.timeout));
+    let buf = match read? {
+        Ok(buf) => buf,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    Ok(Ok(WholeBody {
+        bytes: Bytes::from(buf),
+        replayable: !session.as_ref().retry_buffer_truncated(),
+        reservation,
+    }))
+}
+
+/// Reads the body's chunks into one buffer within `limits`, growing `reservation` with it.
+async fn read_chunks(
+    session: &mut Session,
+    limits: BodyLimits,
+    reservation: &mut Reservation,
+    declared: Option<u64>,
+) -> Result<std::result::Result<Vec<u8>, Refused>> {
     let mut buf: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
     // One timer for the whole body, armed only if a read has to wait.
     let deadline = tokio::time::sleep(limits.timeout);
@@ -102,9 +124,6 @@ pub async fn read_whole(
         };
         let chunk = match read {
             Err(()) => return Ok(Err(ApiError::request_timeout("body", limits.timeout).into())),
-            Ok(Err(e)) if matches!(e.etype(), ErrorType::ReadTimedout) => {
-                return Ok(Err(ApiError::request_timeout("body", limits.timeout).into()))
-            }
             Ok(Err(e)) if malformed(e.etype()) => {
                 let why = format!("invalid request body framing ({})", e.etype().as_str());
                 return Ok(Err(ApiError::malformed_http(&why).into()));
@@ -113,7 +132,9 @@ pub async fn read_whole(
             Ok(Err(e)) => return Err(e.into_down()),
             Ok(Ok(chunk)) => chunk,
         };
-        let Some(chunk) = chunk else { break };
+        let Some(chunk) = chunk else {
+            return Ok(Ok(buf));
+        };
         let needed = buf.len() + chunk.len();
         if needed as u64 > limits.cap {
             return Ok(Err(ApiError::body_too_large(limits.cap).into()));
@@ -127,11 +148,6 @@ pub async fn read_whole(
         }
         buf.extend_from_slice(&chunk);
     }
-    Ok(Ok(WholeBody {
-        bytes: Bytes::from(buf),
-        replayable: !session.as_ref().retry_buffer_truncated(),
-        reservation,
-    }))
 }
 
 /// The next buffer capacity for a chunked upload that needs `needed` bytes: doubling (so

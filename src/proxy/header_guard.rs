@@ -182,7 +182,8 @@ enum Examined {
 /// Parses what has arrived the way Pingora will (httparse, default settings) and applies
 /// sturnus's stricter rules.
 fn examine(buf: &[u8]) -> Examined {
-    match parse(buf) {
+    let parsed = parse(buf);
+    match parsed.0 {
         // An illegal character in the request target: Pingora percent-escapes it and parses
         // again, so judge the escaped form (Pingora is then handed the original bytes).
         Err(httparse::Error::Token | httparse::Error::Version) => {
@@ -191,15 +192,15 @@ fn examine(buf: &[u8]) -> Examined {
             }
             match escape_request_target(buf) {
                 Some(escaped) => match parse(&escaped) {
-                    Err(httparse::Error::Token | httparse::Error::Version) => {
+                    (Err(httparse::Error::Token | httparse::Error::Version), _) => {
                         Examined::Refuse(ApiError::malformed_http("invalid request line"))
                     }
-                    other => verdict(other, &escaped),
+                    other => verdict(other),
                 },
                 None => Examined::Refuse(ApiError::malformed_http("invalid request line")),
             }
         }
-        other => verdict(other, buf),
+        _ => verdict(parsed),
     }
 }
 
@@ -207,20 +208,33 @@ fn examine(buf: &[u8]) -> Examined {
 /// one (8 KiB) would be initialised for every request.
 const USUAL_HEADERS: usize = 32;
 
+/// What httparse made of the bytes, and whether the header names both `Content-Length` and
+/// `Transfer-Encoding`.
+type Parsed = (httparse::Result<usize>, bool);
+
 /// Runs httparse over `buf` the way Pingora does (default settings, Pingora's header count).
-fn parse(buf: &[u8]) -> httparse::Result<usize> {
+fn parse(buf: &[u8]) -> Parsed {
     let mut usual = [httparse::EMPTY_HEADER; USUAL_HEADERS];
-    match httparse::Request::new(&mut usual).parse(buf) {
+    let mut req = httparse::Request::new(&mut usual);
+    match req.parse(buf) {
         Err(httparse::Error::TooManyHeaders) => {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            httparse::Request::new(&mut headers).parse(buf)
+            let mut req = httparse::Request::new(&mut headers);
+            let result = req.parse(buf);
+            (result, both_framings(req.headers))
         }
-        other => other,
+        other => (other, both_framings(req.headers)),
     }
 }
 
-/// The verdict for one parse result of `buf`.
-fn verdict(parsed: httparse::Result<usize>, buf: &[u8]) -> Examined {
+/// Whether the parsed header lines carry both framings (names compared case-insensitively).
+fn both_framings(headers: &[httparse::Header]) -> bool {
+    let has = |name: &str| headers.iter().any(|h| h.name.eq_ignore_ascii_case(name));
+    has("content-length") && has("transfer-encoding")
+}
+
+/// The verdict for one parse of a header.
+fn verdict((parsed, both_framings): Parsed) -> Examined {
     let end = match parsed {
         Ok(httparse::Status::Complete(end)) => end,
         Ok(httparse::Status::Partial) => return Examined::Partial,
@@ -234,8 +248,7 @@ fn verdict(parsed: httparse::Result<usize>, buf: &[u8]) -> Examined {
         let detail = format!("more than {MAX_HEADER_BYTES} bytes");
         return Examined::Refuse(ApiError::headers_too_large(&detail));
     }
-    let header = &buf[..end];
-    if has_field(header, b"content-length") && has_field(header, b"transfer-encoding") {
+    if both_framings {
         return Examined::Refuse(ApiError::malformed_http(
             "both Content-Length and Transfer-Encoding are present",
         ));
@@ -271,18 +284,6 @@ fn escape_request_target(buf: &[u8]) -> Option<Vec<u8>> {
     out.extend_from_slice(&rest[version..]);
     out.extend_from_slice(&buf[line_end..]);
     Some(out)
-}
-
-/// Whether a header line (after the request line) names the field `name` (case-insensitive).
-fn has_field(header: &[u8], name: &[u8]) -> bool {
-    header.split(|b| *b == b'\n').skip(1).any(|line| {
-        line.len() > name.len()
-            && line[..name.len()].eq_ignore_ascii_case(name)
-            && line[name.len()..]
-                .iter()
-                .find(|b| !matches!(b, b' ' | b'\t'))
-                .is_some_and(|b| *b == b':')
-    })
 }
 
 /// Writes `err` as a complete HTTP/1.1 answer with `Connection: close`, then drains what the

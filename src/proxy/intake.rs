@@ -50,17 +50,23 @@ pub fn inspect_body(bytes: &[u8]) -> std::result::Result<body::Inspected, ApiErr
 /// Validates and routes one request; writes the error answer itself when it cannot be routed.
 pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Result<Admission> {
     let header = session.req_header();
-    let path = header.uri.path().to_string();
-    let Some(suffix) = routed_suffix(&path) else {
-        let err = ApiError::unknown_path(header.method.as_str(), &path);
-        respond::error(session, &err, false).await?;
-        return Ok(Admission::Answered);
+    let path = header.uri.path();
+    let target = match routed_suffix(path) {
+        Some(suffix) if header.method == http::Method::POST => Ok(suffix),
+        Some(_) => Err(ApiError::method_not_allowed(
+            header.method.as_str(),
+            path,
+            "POST",
+        )),
+        None => Err(ApiError::unknown_path(header.method.as_str(), path)),
     };
-    if header.method != http::Method::POST {
-        let err = ApiError::method_not_allowed(header.method.as_str(), &path, "POST");
-        respond::error(session, &err, false).await?;
-        return Ok(Admission::Answered);
-    }
+    let suffix = match target {
+        Ok(suffix) => suffix,
+        Err(err) => {
+            respond::error(session, &ctx.request_id, &err, false).await?;
+            return Ok(Admission::Answered);
+        }
+    };
 
     let limits = BodyLimits {
         cap: app.config.routing.max_body_bytes,
@@ -72,7 +78,13 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
             if refused.error.status == 429 {
                 app.metrics.buffer_rejected();
             }
-            respond::refuse(session, &refused.error, refused.retry_after).await?;
+            respond::refuse(
+                session,
+                &ctx.request_id,
+                &refused.error,
+                refused.retry_after,
+            )
+            .await?;
             return Ok(Admission::Answered);
         }
     };
@@ -81,12 +93,18 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     let inspected = match inspect_body(&whole.bytes) {
         Ok(inspected) => inspected,
         Err(err) => {
-            respond::error(session, &err, true).await?;
+            respond::error(session, &ctx.request_id, &err, true).await?;
             return Ok(Admission::Answered);
         }
     };
     let Some(alias) = app.catalog.alias(&inspected.model) else {
-        respond::error(session, &ApiError::model_not_found(&inspected.model), true).await?;
+        respond::error(
+            session,
+            &ctx.request_id,
+            &ApiError::model_not_found(&inspected.model),
+            true,
+        )
+        .await?;
         return Ok(Admission::Answered);
     };
 
@@ -119,7 +137,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     if let Err(why) = provider.credential_ready().await {
         ctx.failure = Some(crate::routing::ErrorKind::Auth);
         let err = ApiError::credential_unavailable(&provider.name, &why.0);
-        respond::error(session, &err, true).await?;
+        respond::error(session, &ctx.request_id, &err, true).await?;
         return Ok(Admission::Answered);
     }
     let peer = match provider.peer(&app.peer_settings).await {
@@ -127,7 +145,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         Err(why) => {
             ctx.failure = Some(crate::routing::ErrorKind::Dns);
             let err = ApiError::upstream(&provider.name, crate::routing::ErrorKind::Dns, &why);
-            respond::error(session, &err, true).await?;
+            respond::error(session, &ctx.request_id, &err, true).await?;
             return Ok(Admission::Answered);
         }
     };
