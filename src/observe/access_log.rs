@@ -42,11 +42,11 @@ pub struct AccessRecord<'a> {
     /// The request's id (also sent as `x-request-id`).
     pub request_id: &'a str,
     /// The trace id (32 hex digits).
-    pub trace_id: String,
+    pub trace_id: &'a str,
     /// sturnus's span id (16 hex digits), the parent-id the provider saw.
-    pub span_id: String,
+    pub span_id: &'a str,
     /// The caller's span id, when it sent a valid `traceparent`.
-    pub parent_span_id: Option<String>,
+    pub parent_span_id: Option<&'a str>,
     /// HTTP method.
     pub method: &'a str,
     /// Request path without the query string.
@@ -96,9 +96,9 @@ impl AccessRecord<'_> {
         log::info!(
             target: TARGET,
             request_id = self.request_id,
-            trace_id = self.trace_id.as_str(),
-            span_id = self.span_id.as_str(),
-            parent_span_id = self.parent_span_id.as_deref(),
+            trace_id = self.trace_id,
+            span_id = self.span_id,
+            parent_span_id = self.parent_span_id,
             method = self.method,
             path = self.path,
             alias = self.alias,
@@ -123,9 +123,9 @@ impl AccessRecord<'_> {
     fn json_line(&self) -> JsonLine {
         let mut line = JsonLine::new(log::Level::Info, TARGET, MESSAGE);
         line.str(json_key!("request_id"), Some(self.request_id))
-            .str(json_key!("trace_id"), Some(&self.trace_id))
-            .str(json_key!("span_id"), Some(&self.span_id))
-            .str(json_key!("parent_span_id"), self.parent_span_id.as_deref())
+            .str(json_key!("trace_id"), Some(self.trace_id))
+            .str(json_key!("span_id"), Some(self.span_id))
+            .str(json_key!("parent_span_id"), self.parent_span_id)
             .str(json_key!("method"), Some(self.method))
             .str(json_key!("path"), Some(self.path))
             .str(json_key!("alias"), self.alias)
@@ -151,9 +151,9 @@ mod tests {
     fn record(routed: bool) -> AccessRecord<'static> {
         AccessRecord {
             request_id: "req-1",
-            trace_id: "ab".repeat(16),
-            span_id: "01".repeat(8),
-            parent_span_id: routed.then(|| "02".repeat(8)),
+            trace_id: "abababababababababababababababab",
+            span_id: "0101010101010101",
+            parent_span_id: routed.then_some("0202020202020202"),
             method: "POST",
             path: "/v1/chat/completions",
             alias: routed.then_some("fast"),

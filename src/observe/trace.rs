@@ -18,6 +18,8 @@ pub const REQUEST_ID: &str = "x-request-id";
 pub const UPSTREAM_REQUEST_ID: &str = "x-upstream-request-id";
 /// [`TRACEPARENT`] as a header name, for inserting without parsing the name each time.
 pub static TRACEPARENT_NAME: HeaderName = HeaderName::from_static(TRACEPARENT);
+/// [`TRACESTATE`] as a header name.
+pub static TRACESTATE_NAME: HeaderName = HeaderName::from_static(TRACESTATE);
 /// [`REQUEST_ID`] as a header name.
 pub static REQUEST_ID_NAME: HeaderName = HeaderName::from_static(REQUEST_ID);
 /// [`UPSTREAM_REQUEST_ID`] as a header name.
@@ -101,18 +103,18 @@ impl TraceContext {
     }
 
     /// The trace id as 32 lowercase hex digits.
-    pub fn trace_id_hex(&self) -> String {
-        hex(&self.trace_id)
+    pub fn trace_id_hex(&self) -> Hex<32> {
+        Hex::of(&self.trace_id)
     }
 
     /// sturnus's span id as 16 lowercase hex digits.
-    pub fn span_id_hex(&self) -> String {
-        hex(&self.span_id)
+    pub fn span_id_hex(&self) -> Hex<16> {
+        Hex::of(&self.span_id)
     }
 
     /// The caller's span id as 16 lowercase hex digits, if there was one.
-    pub fn parent_id_hex(&self) -> Option<String> {
-        self.parent_id.as_ref().map(|p| hex(p))
+    pub fn parent_id_hex(&self) -> Option<Hex<16>> {
+        self.parent_id.as_ref().map(|p| Hex::of(p))
     }
 }
 
@@ -204,11 +206,41 @@ fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-/// `bytes` as lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    let mut out = Vec::with_capacity(bytes.len() * 2);
-    push_hex(&mut out, bytes);
-    ascii_string(out)
+/// `N` lowercase hex digits, kept on the stack: the access line writes three ids per request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Hex<const N: usize>([u8; N]);
+
+impl<const N: usize> Hex<N> {
+    /// The digits of `bytes` (`N / 2` of them).
+    fn of(bytes: &[u8]) -> Self {
+        let mut out = [b'0'; N];
+        for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+            pair[0] = HEX_DIGITS[usize::from(b >> 4)];
+            pair[1] = HEX_DIGITS[usize::from(b & 0x0f)];
+        }
+        Hex(out)
+    }
+}
+
+impl<const N: usize> std::ops::Deref for Hex<N> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // Only hex digits are ever written.
+        std::str::from_utf8(&self.0).unwrap_or("")
+    }
+}
+
+impl<const N: usize> PartialEq<&str> for Hex<N> {
+    fn eq(&self, other: &&str) -> bool {
+        &**self == *other
+    }
+}
+
+impl<const N: usize> std::fmt::Debug for Hex<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
 }
 
 /// A string from bytes this module wrote (hex digits and dashes: always ASCII).
@@ -310,7 +342,7 @@ mod tests {
 
     #[test]
     fn ids_are_lowercase_hex_in_their_textual_forms() {
-        assert_eq!(hex(&[0x00, 0xab, 0x0f, 0xf0]), "00ab0ff0");
+        assert_eq!(Hex::<8>::of(&[0x00, 0xab, 0x0f, 0xf0]), "00ab0ff0");
         let ctx = TraceContext {
             trace_id: [0xab; 16],
             span_id: [0x01; 8],

@@ -104,7 +104,7 @@ impl RequestCtx {
         self.request_id = trace::request_id(client_id);
         self.trace = TraceContext::from_headers(
             req.headers
-                .get_all(trace::TRACEPARENT)
+                .get_all(&trace::TRACEPARENT_NAME)
                 .iter()
                 .map(|v| v.as_bytes()),
         );

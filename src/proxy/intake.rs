@@ -112,7 +112,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     let pin = session
         .req_header()
         .headers
-        .get("x-session-affinity")
+        .get(&super::relay::AFFINITY_NAME)
         .and_then(|v| v.to_str().ok());
     let choice = alias.choose(mode, pin, &app.catalog.params);
     let candidate = alias.candidates[choice.index].clone();

@@ -19,7 +19,7 @@ pub const AFFINITY_HEADER: &str = "x-session-affinity";
 /// Response header naming the provider that served the request.
 pub const PROVIDER_HEADER: &str = "x-sturnus-provider";
 /// [`AFFINITY_HEADER`] as a header name, for inserting without parsing the name each time.
-static AFFINITY_NAME: http::HeaderName = http::HeaderName::from_static(AFFINITY_HEADER);
+pub static AFFINITY_NAME: http::HeaderName = http::HeaderName::from_static(AFFINITY_HEADER);
 /// [`PROVIDER_HEADER`] as a header name.
 static PROVIDER_NAME: http::HeaderName = http::HeaderName::from_static(PROVIDER_HEADER);
 
@@ -136,11 +136,14 @@ pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, ap
         (None, None) if error.is_some() => Verdict::Failure,
         (None, None) => Verdict::ClientError,
     };
+    let trace_id = ctx.trace.trace_id_hex();
+    let span_id = ctx.trace.span_id_hex();
+    let parent_span_id = ctx.trace.parent_id_hex();
     AccessRecord {
         request_id: &ctx.request_id,
-        trace_id: ctx.trace.trace_id_hex(),
-        span_id: ctx.trace.span_id_hex(),
-        parent_span_id: ctx.trace.parent_id_hex(),
+        trace_id: &trace_id,
+        span_id: &span_id,
+        parent_span_id: parent_span_id.as_deref(),
         method: header.method.as_str(),
         path: header.uri.path(),
         alias: route.map(|r| r.alias.as_str()),

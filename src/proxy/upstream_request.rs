@@ -64,7 +64,7 @@ pub fn prepare(
         headers.insert(trace::TRACEPARENT_NAME.clone(), traceparent);
     }
     if !ids.trace.continued() {
-        headers.remove(trace::TRACESTATE);
+        headers.remove(&trace::TRACESTATE_NAME);
     }
     let authorized = provider.authorize(headers);
     *req = RequestHeader::from(parts);
