@@ -1,25 +1,55 @@
 //! JSON string helpers: fast special-byte search, escaping and unescaping.
 
-/// Index of the first special byte at or after `from` (or `b.len()` if none), and whether a
-/// byte >= 0x80 precedes it (so ASCII-only runs can skip UTF-8 checks); the hot loop of string
-/// scanning. `memchr` finds the closing quote or a backslash with SIMD; the run before it is
-/// then checked for control characters and high bytes by two reductions without early exits,
-/// which the compiler vectorises.
+/// Bytes that end a fast run inside a JSON string: `"`, `\` and control characters.
+const fn is_special(c: u8) -> bool {
+    c == b'"' || c == b'\\' || c < 0x20
+}
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Bit mask with the high bit set in (at least) the lowest byte of `w` that is special.
+///
+/// Classic SWAR "has zero / has less" tricks: false positives can only occur in bytes
+/// above a true match, so the lowest flagged byte is always exact.
+#[inline(always)]
+fn special_mask(w: u64) -> u64 {
+    let q = w ^ (LO * b'"' as u64);
+    let s = w ^ (LO * b'\\' as u64);
+    ((q.wrapping_sub(LO) & !q) | (s.wrapping_sub(LO) & !s) | (w.wrapping_sub(LO * 0x20) & !w)) & HI
+}
+
+/// Index of the first special byte at or after `from` (or `b.len()` if none), and whether any
+/// byte >= 0x80 may precede it (never a false "no", so ASCII-only runs can skip UTF-8 checks);
+/// the hot loop of string scanning, processing 8 bytes per step.
 #[inline]
 pub(super) fn find_special(b: &[u8], from: usize) -> (usize, bool) {
     let Some(rest) = b.get(from..) else {
         return (b.len(), false);
     };
-    let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
-    let run = &rest[..end];
-    let lowest = run.iter().fold(u8::MAX, |low, &c| low.min(c));
-    let end = if lowest < 0x20 {
-        run.iter().position(|&c| c < 0x20).unwrap_or(end)
-    } else {
-        end
-    };
-    let high = rest[..end].iter().fold(0u8, |bits, &c| bits | c) >= 0x80;
-    (from + end, high)
+    let mut chunks = rest.chunks_exact(8);
+    let mut i = from;
+    let mut seen = 0u64;
+    for chunk in chunks.by_ref() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        seen |= w;
+        let mask = special_mask(w);
+        if mask != 0 {
+            return (i + (mask.trailing_zeros() / 8) as usize, seen & HI != 0);
+        }
+        i += 8;
+    }
+    let mut high = seen & HI != 0;
+    for &c in chunks.remainder() {
+        if is_special(c) {
+            break;
+        }
+        high |= c >= 0x80;
+        i += 1;
+    }
+    (i, high)
 }
 
 /// Number of bytes `c` occupies once JSON-escaped (kept in sync with `escape_json_string`).
@@ -148,11 +178,6 @@ pub(super) fn decoded_eq(raw: &[u8], target: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Bytes that end a fast run inside a JSON string: `"`, `\` and control characters.
-    const fn is_special(c: u8) -> bool {
-        c == b'"' || c == b'\\' || c < 0x20
-    }
 
     #[test]
     fn find_special_agrees_with_naive_search() {
