@@ -36,17 +36,9 @@ pub async fn respond(session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> 
     if !already_answered {
         session.set_keepalive(None);
         let request_id = ctx.ensure_request_id().to_owned();
-        let json = err.to_json();
-        if respond::send(
-            session,
-            &request_id,
-            err.status,
-            "application/json",
-            json,
-            &[],
-        )
-        .await
-        .is_err()
+        if respond::send_error(session, &request_id, &err, &[])
+            .await
+            .is_err()
         {
             log::debug!("could not write the error answer; the client is gone");
         }

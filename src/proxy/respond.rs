@@ -51,16 +51,27 @@ pub async fn error(
         if !body_consumed && !drain_small_body(session).await {
             session.set_keepalive(None);
         }
-        send(
-            session,
-            request_id,
-            err.status,
-            "application/json",
-            err.to_json(),
-            &[],
-        )
-        .await
+        send_error(session, request_id, err, &[]).await
     })
+    .await
+}
+
+/// Writes `err` as its JSON answer (with `extra` headers), carrying the request's id.
+pub async fn send_error(
+    session: &mut Session,
+    request_id: &str,
+    err: &ApiError,
+    extra: &[(&'static str, String)],
+) -> Result<()> {
+    let body = err.to_json();
+    send(
+        session,
+        request_id,
+        err.status,
+        "application/json",
+        body,
+        extra,
+    )
     .await
 }
 
@@ -79,15 +90,7 @@ pub async fn refuse(
         .into_iter()
         .collect();
     Box::pin(async move {
-        send(
-            session,
-            request_id,
-            err.status,
-            "application/json",
-            err.to_json(),
-            &extra,
-        )
-        .await?;
+        send_error(session, request_id, err, &extra).await?;
         let _ = tokio::time::timeout(LINGER, session.drain_request_body()).await;
         Ok(())
     })
