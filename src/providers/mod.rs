@@ -161,7 +161,6 @@ pub struct Provider {
     pub name: String,
     /// Where requests go.
     pub endpoint: Endpoint,
-    host_header: String,
     host_value: http::HeaderValue,
     addr: HostAddr,
     credential: Arc<dyn Credential>,
@@ -217,7 +216,6 @@ impl Provider {
         })?;
         Ok(Provider {
             name: cfg.name.clone(),
-            host_header,
             host_value,
             addr: HostAddr::new(&endpoint.host, endpoint.port),
             endpoint,
@@ -234,7 +232,8 @@ impl Provider {
 
     /// The `Host` header value for requests to this provider.
     pub fn host_header(&self) -> &str {
-        &self.host_header
+        // Built from a validated host and port, so always visible ASCII.
+        self.host_value.to_str().unwrap_or_default()
     }
 
     /// [`Provider::host_header`] as a header value, built once.
