@@ -116,8 +116,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         .and_then(|v| v.to_str().ok());
     let choice = alias.choose(mode, pin, &app.catalog.params);
     let candidate = alias.candidates[choice.index].clone();
-    let spliced = inspected.splice_parts(&whole.bytes, &candidate.model);
-    let spliced_len = spliced.iter().map(Bytes::len).sum();
+    let spliced_len = inspected.spliced_len(&whole.bytes, &candidate.model);
     let provider = candidate.provider.clone();
     let path_and_query = provider.endpoint.path_and_query(
         suffix,
@@ -128,7 +127,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         alias: alias.name.clone(),
         metrics: app.metrics.track(&alias.name, choice.index, mode),
         inflight: candidate.stats.begin_owned(),
-        candidate,
+        candidate: candidate.clone(),
         mode,
         path_and_query,
         body_len: spliced_len,
@@ -149,13 +148,16 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
             return Ok(Admission::Answered);
         }
     };
+    // Pingora replays the body from one buffer; the direct path sends pieces sharing the
+    // received body's memory instead of copying a large body again.
     if whole.replayable {
-        ctx.spliced = Some(Bytes::from(spliced.concat()));
+        let spliced = inspected.splice(&whole.bytes, &candidate.model);
+        ctx.spliced = Some(Bytes::from(spliced));
         ctx.peer = Some(peer);
         Ok(Admission::Proxy)
     } else {
         Ok(Admission::Direct {
-            body: spliced,
+            body: inspected.splice_parts(&whole.bytes, &candidate.model),
             peer,
         })
     }
