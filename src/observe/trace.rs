@@ -198,11 +198,18 @@ fn nonzero_bytes<const N: usize>(rng: &mut impl RngSource) -> [u8; N] {
 /// Lowercase hex digits by value (ids are formatted on every request, so no `fmt` machinery).
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
+/// The two lowercase hex digits of `b`.
+fn hex_pair(b: u8) -> [u8; 2] {
+    [
+        HEX_DIGITS[usize::from(b >> 4)],
+        HEX_DIGITS[usize::from(b & 0x0f)],
+    ]
+}
+
 /// Appends `bytes` as lowercase hex.
 fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    for b in bytes {
-        out.push(HEX_DIGITS[usize::from(b >> 4)]);
-        out.push(HEX_DIGITS[usize::from(b & 0x0f)]);
+    for &b in bytes {
+        out.extend_from_slice(&hex_pair(b));
     }
 }
 
@@ -214,9 +221,8 @@ impl<const N: usize> Hex<N> {
     /// The digits of `bytes` (`N / 2` of them).
     fn of(bytes: &[u8]) -> Self {
         let mut out = [b'0'; N];
-        for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
-            pair[0] = HEX_DIGITS[usize::from(b >> 4)];
-            pair[1] = HEX_DIGITS[usize::from(b & 0x0f)];
+        for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
+            pair.copy_from_slice(&hex_pair(b));
         }
         Hex(out)
     }

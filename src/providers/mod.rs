@@ -230,13 +230,8 @@ impl Provider {
         self.google.as_ref()
     }
 
-    /// The `Host` header value for requests to this provider.
-    pub fn host_header(&self) -> &str {
-        // Built from a validated host and port, so always visible ASCII.
-        self.host_value.to_str().unwrap_or_default()
-    }
-
-    /// [`Provider::host_header`] as a header value, built once.
+    /// The `Host` header value for requests to this provider (host, and port when not the
+    /// scheme's default), built once.
     pub fn host_value(&self) -> &http::HeaderValue {
         &self.host_value
     }
@@ -341,7 +336,7 @@ mod tests {
         headers.sort();
         let url = format!(
             "https://{}{}",
-            p.host_header(),
+            p.host_value().to_str().unwrap(),
             p.endpoint.path_and_query(suffix, query, model)
         );
         (url, headers)
