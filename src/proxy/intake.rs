@@ -115,7 +115,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         .get(&super::relay::AFFINITY_NAME)
         .and_then(|v| v.to_str().ok());
     let choice = alias.choose(mode, pin, &app.catalog.params);
-    let candidate = alias.candidates[choice.index].clone();
+    let candidate = &alias.candidates[choice.index];
     let spliced_len = inspected.spliced_len(&whole.bytes, &candidate.model);
     let provider = candidate.provider.clone();
     let path_and_query = provider.endpoint.path_and_query(
@@ -127,7 +127,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         alias: alias.name.clone(),
         metrics: app.metrics.track(&alias.name, choice.index, mode),
         inflight: candidate.stats.begin_owned(),
-        candidate: candidate.clone(),
+        candidate: std::sync::Arc::clone(candidate),
         mode,
         path_and_query,
         body_len: spliced_len,
