@@ -37,6 +37,10 @@ pub enum Fault {
     HugeBody(u64),
     /// Answer with an SSE stream of chat chunks that never ends (until the peer goes away).
     EndlessStream,
+    /// Answer the first request on each connection, then close the kept-alive connection when
+    /// its next request arrives, without a word: a provider whose keep-alive timeout raced the
+    /// client's next request.
+    DropReused,
 }
 
 const KIND_SHIFT: u32 = 56;
@@ -56,6 +60,7 @@ impl Fault {
             Fault::Status(s) => (7, u64::from(s)),
             Fault::HugeBody(n) => (8, n.min(ARG_MASK)),
             Fault::EndlessStream => (9, 0),
+            Fault::DropReused => (10, 0),
         };
         (kind << KIND_SHIFT) | arg
     }
@@ -73,6 +78,7 @@ impl Fault {
             7 => Fault::Status(u16::try_from(arg).unwrap_or(500)),
             8 => Fault::HugeBody(arg),
             9 => Fault::EndlessStream,
+            10 => Fault::DropReused,
             _ => Fault::None,
         }
     }
@@ -223,6 +229,7 @@ mod tests {
             Fault::Status(u16::MAX),
             Fault::HugeBody(1 << 30),
             Fault::EndlessStream,
+            Fault::DropReused,
         ];
         for f in faults {
             b.set_fault(f);

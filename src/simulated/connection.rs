@@ -107,6 +107,7 @@ struct Connection<'s> {
 
 impl Connection<'_> {
     async fn run(&mut self) -> Flow {
+        let mut answered = 0u64;
         loop {
             let (head, body) = match self.read_request().await {
                 Ok(Some(req)) => req,
@@ -119,7 +120,8 @@ impl Connection<'_> {
                     return self.send_error(status, message, conn).await;
                 }
             };
-            let flow = self.handle(head, body).await;
+            let flow = self.handle(head, body, answered > 0).await;
+            answered += 1;
             if flow != Flow::KeepAlive {
                 return flow;
             }
@@ -208,8 +210,9 @@ impl Connection<'_> {
         Ok(Some((head, body)))
     }
 
-    /// Answers one request according to the current behaviour.
-    async fn handle(&mut self, head: Head, body: Bytes) -> Flow {
+    /// Answers one request according to the current behaviour (`reused`: an earlier request
+    /// on this connection was answered).
+    async fn handle(&mut self, head: Head, body: Bytes, reused: bool) -> Flow {
         let shared = self.shared;
         let n = shared.count.fetch_add(1, Ordering::Relaxed) + 1;
         let behaviour = &*shared.behaviour;
@@ -220,6 +223,7 @@ impl Connection<'_> {
         };
         match fault {
             Fault::RefuseConnections => return Flow::Abort,
+            Fault::DropReused if reused => return Flow::Abort,
             Fault::NeverAnswer => {
                 self.hold().await;
                 return Flow::Abort;

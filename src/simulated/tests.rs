@@ -801,3 +801,17 @@ fn dropping_after_the_runtime_is_gone_does_not_panic() {
     drop(p);
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
+
+#[tokio::test]
+async fn fault_drop_reused_answers_each_connection_once_then_closes_it_silently() {
+    let p = start("f").await;
+    p.behaviour.set_fault(Fault::DropReused);
+    let mut c = Client::connect(p.addr).await;
+    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    assert_eq!(r.json()["object"], "chat.completion");
+    c.send(&post("/v1/chat/completions", CHAT, "")).await;
+    assert_eq!(c.fill().await, 0, "the second request got an answer");
+    let mut fresh = Client::connect(p.addr).await;
+    let r = fresh.request(&post("/v1/chat/completions", CHAT, "")).await;
+    assert_eq!(r.json()["object"], "chat.completion");
+}
