@@ -17,7 +17,7 @@ pub struct App {
     pub catalog: Catalog,
     /// Timeouts and trust roots for upstream connections.
     pub peer_settings: PeerSettings,
-    /// Connector for the direct path (bodies Pingora cannot replay), with its own pool.
+    /// Connector to the providers, with its pool of keep-alive connections (`proxy/forward.rs`).
     pub connector: pingora_core::connectors::http::Connector,
     /// The Prometheus metrics, with every configured series pre-created.
     pub metrics: Metrics,

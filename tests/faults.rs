@@ -1,7 +1,7 @@
 //! The upstream fault matrix: for each way a provider can fail, what the client receives, that
 //! the candidate's statistics record it, and that sturnus goes on serving. Every fault is tried
-//! on both forwarding paths: a small body (Pingora's proxy path) and a 100 KiB body (the direct
-//! path for bodies Pingora cannot replay).
+//! with a small body (spliced into one buffer) and a 100 KiB body (sent as pieces of the
+//! received body).
 
 mod common;
 
@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-/// A small body and one over Pingora's 64 KiB replay buffer, for `model`.
+/// A small body and one over 64 KiB, for `model`.
 fn bodies(model: &str, stream: bool) -> [String; 2] {
     let large = chat_of_size(model, 100 * 1024);
     let large = if stream {
@@ -131,6 +131,44 @@ async fn closes_while_sending_headers() {
     expect_failures(&b.proxy, "fast", 2, "reset").await;
     b.up.behaviour.set_fault(Fault::None);
     expect_served(&b.proxy, "fast").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pooled_connection_the_provider_closed_is_resent_on_another() {
+    let b = bench("", "", &[]).await;
+    b.up.behaviour.set_fault(Fault::DropReused);
+    let mut answered = 0;
+    for body in bodies("fast", false) {
+        for _ in 0..2 {
+            let resp = post(&b.proxy, "/v1/chat/completions", body.clone()).await;
+            assert_eq!(resp.status(), 200, "body of {} bytes", body.len());
+            let v: Value = resp.json().await.unwrap();
+            assert_eq!(v["object"], "chat.completion");
+            answered += 1;
+            // Let the connection go back to the pool, so the next request takes it.
+            wait_until_idle(&b.proxy, "fast").await;
+        }
+    }
+    // Every request after the first went out on the pooled connection, which the provider
+    // closed unanswered; it was resent, byte for byte, on a new one.
+    let seen = b.up.requests();
+    assert_eq!(seen.len(), 2 * answered - 1);
+    for pair in seen[1..].chunks(2) {
+        assert_eq!(pair[0].body, pair[1].body);
+        assert_eq!(pair[0].headers, pair[1].headers);
+    }
+    let c = candidate(&b.proxy, "fast").await;
+    assert_eq!(c["failures"], 0, "{c}");
+    assert!(!b.proxy.logs().contains("ERROR"));
+}
+
+/// Waits until no request of `alias` is in flight (its connection is back in the pool).
+async fn wait_until_idle(proxy: &Proxy, alias: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while candidate(proxy, alias).await["in_flight"] != 0 {
+        assert!(Instant::now() < deadline, "request still in flight");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Memory sturnus may use on top of the budget: the process itself, Pingora's buffers per
-/// connection, the 64 KiB retry buffer per request, allocator slack (debug build).
+/// connection, the spliced copy of a body up to 64 KiB per request, allocator slack (debug
+/// build).
 const BASELINE_KIB: u64 = 64 * 1024;
 
 /// Lets this process (and the sturnus it starts) open `n` files, if the hard limit allows.

@@ -42,7 +42,7 @@ async fn chat_with_body(
     req.send().await.expect("request to sturnus")
 }
 
-/// A chat body of more than Pingora's 64 KiB replay buffer (takes the direct path).
+/// A chat body over 64 KiB (sent upstream as pieces of the received body).
 fn large_body(model: &str) -> String {
     let filler = "x".repeat(80 * 1024);
     format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"{filler}"}}]}}"#)

@@ -53,7 +53,7 @@ fn body_of_size(size: usize) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn bodies_on_both_sides_of_pingoras_replay_limit_arrive_exactly() {
+async fn bodies_on_both_sides_of_the_one_buffer_limit_arrive_exactly() {
     let (sim, proxy) = one_candidate(Some("sk-size")).await;
     for size in [
         1024,
@@ -174,7 +174,7 @@ async fn streams_are_relayed_chunk_by_chunk_as_they_arrive() {
     sim.behaviour.set_chunks(6);
     sim.behaviour.set_chunk_interval(Duration::from_millis(150));
     for body in [chat_body("fast", true), {
-        // The same over the direct path (a body Pingora cannot replay).
+        // The same with a body over 64 KiB (sent upstream as pieces of the received body).
         let pad = "x".repeat(70 * 1024);
         format!(
             r#"{{"model":"fast","stream":true,"messages":[{{"role":"user","content":"{pad}"}}]}}"#

@@ -197,7 +197,7 @@ async fn each_kind_gets_its_url_shape_and_auth_headers() {
     let proxy = Proxy::start_with(&config, &env, &[]).await;
 
     for (kind, sim) in KINDS.iter().zip(&sims) {
-        // Both forwarding paths: Pingora's hooks and the direct path for large bodies.
+        // Both ways a body goes upstream: spliced into one buffer, and over 64 KiB as pieces.
         for size in [200, 100 * 1024] {
             sim.clear_requests();
             let mut req = client()

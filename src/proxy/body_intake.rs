@@ -1,11 +1,9 @@
-//! Reading the whole request body before the upstream is chosen, and handing it back to Pingora.
+//! Reading the whole request body before the upstream is chosen.
 //!
 //! Pingora 0.9.1 chooses the upstream before it reads the body, yet routing needs the body's
-//! `model`. This module is the one place that knows how that is bridged: the body is read in
-//! `request_filter` with Pingora's retry buffering on, and bodies that fit the retry buffer
-//! (64 KiB) are replayed by Pingora into `request_body_filter`, where the spliced bytes are
-//! swapped in. Larger bodies cannot be replayed and take the direct path (`direct.rs`). When a
-//! Pingora release offers `early_request_body_filter`/`set_buffered_body`, only this file changes.
+//! `model`. So `request_filter` reads the whole body here, and `forward.rs` sends the spliced
+//! bytes itself; Pingora's own body handling (and its retry buffer) is never used for routed
+//! requests.
 //!
 //! Reading is bounded three ways: the per-request cap `routing.max_body_bytes` (413), the
 //! aggregate memory budget (memory is reserved before it is used: the whole `Content-Length`
@@ -32,13 +30,11 @@ pub fn declared_length(req: &pingora::http::RequestHeader) -> Option<u64> {
 /// First buffer size for a chunked upload (it doubles from there, up to the cap).
 const FIRST_CHUNKED_CAPACITY: usize = 16 * 1024;
 
-/// A request body read in full, and whether Pingora can replay it upstream by itself.
+/// A request body read in full.
 #[derive(Debug)]
 pub struct WholeBody {
     /// The bytes exactly as the client sent them (chunked encoding removed).
     pub bytes: Bytes,
-    /// True when Pingora's retry buffer holds the whole body, so the normal proxy path works.
-    pub replayable: bool,
     /// The memory budget held for the body; dropping it gives the bytes back.
     pub reservation: Reservation,
 }
@@ -88,7 +84,6 @@ pub async fn read_whole(
     if expects_continue(session) {
         session.write_continue_response().await?;
     }
-    session.enable_retry_buffering();
     // The deadline below bounds the whole body; Pingora's own per-read timeout would arm a
     // second timer on every read. It is restored for whatever Pingora reads later (a drain).
     session.set_read_timeout(None);
@@ -100,7 +95,6 @@ pub async fn read_whole(
     };
     Ok(Ok(WholeBody {
         bytes: Bytes::from(buf),
-        replayable: !session.as_ref().retry_buffer_truncated(),
         reservation,
     }))
 }
@@ -182,15 +176,6 @@ fn refused(refusal: BudgetRefusal) -> Refused {
             error: ApiError::budget_busy(retry_after_secs, in_use, limit),
             retry_after: Some(retry_after_secs),
         },
-    }
-}
-
-/// Swaps Pingora's replay of the original body for the spliced one (from `request_body_filter`).
-/// The replay is always the whole body in one piece, also when Pingora resends on a fresh
-/// connection after a stale pooled one failed, so every replay gets the spliced bytes.
-pub fn replace_replayed(body: &mut Option<Bytes>, spliced: &Option<Bytes>) {
-    if let (Some(body), Some(spliced)) = (body.as_mut(), spliced) {
-        *body = spliced.clone();
     }
 }
 

@@ -5,9 +5,7 @@ use crate::catalog::Candidate;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
 use crate::routing::{ErrorKind, Mode, OwnedInflightGuard, WaitGuard};
-use bytes::Bytes;
 use pingora::http::RequestHeader;
-use pingora_core::upstreams::peer::HttpPeer;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,10 +33,6 @@ pub struct RequestCtx {
     pub received: Instant,
     /// The routing decision, once made.
     pub route: Option<Route>,
-    /// The peer for `upstream_peer`, resolved ahead in `request_filter` (async DNS).
-    pub peer: Option<Box<HttpPeer>>,
-    /// The spliced body waiting to replace Pingora's replay in `request_body_filter`.
-    pub spliced: Option<Bytes>,
     /// When the request header went upstream (start of the TTFC measurement).
     pub sent_at: Option<Instant>,
     /// Counts the request as waiting for its first chunk (its age raises the candidate's
@@ -57,7 +51,7 @@ pub struct RequestCtx {
     pub upstream_request_id: Option<String>,
     /// The provider's response status, once seen.
     pub status: Option<u16>,
-    /// A transport failure already classified (direct path, credentials, DNS).
+    /// A transport failure already classified (credentials, DNS).
     pub failure: Option<ErrorKind>,
     /// Response body bytes relayed to the client.
     pub response_bytes: u64,
@@ -74,8 +68,6 @@ impl RequestCtx {
         RequestCtx {
             received: Instant::now(),
             route: None,
-            peer: None,
-            spliced: None,
             sent_at: None,
             wait: None,
             first_chunk_at: None,

@@ -22,11 +22,10 @@ const ROUTED: &[&str] = &[
 
 /// What `request_filter` does next with a request.
 pub enum Admission {
-    /// Routed, body fits Pingora's replay buffer: continue through the Pingora proxy hooks.
-    Proxy,
-    /// Routed, body too large for Pingora to replay: forward it on the direct path.
-    Direct {
-        /// The spliced body, as pieces sharing the received body's memory.
+    /// Routed: forward it to the chosen candidate.
+    Forward {
+        /// The spliced body: one buffer, or for a large body pieces sharing the received
+        /// body's memory.
         body: Vec<Bytes>,
         /// The chosen provider's peer.
         peer: Box<HttpPeer>,
@@ -34,6 +33,10 @@ pub enum Admission {
     /// sturnus already answered (an error); nothing goes upstream.
     Answered,
 }
+
+/// Bodies up to this size are spliced into one new buffer, so they go upstream in one write;
+/// larger ones are sent as pieces of the received body instead of being copied again.
+const ONE_BUFFER_MAX: usize = 64 * 1024;
 
 /// The path after `/v1` when the request targets a routed endpoint.
 pub fn routed_suffix(path: &str) -> Option<&'static str> {
@@ -148,19 +151,14 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
             return Ok(Admission::Answered);
         }
     };
-    // Pingora replays the body from one buffer; the direct path sends pieces sharing the
-    // received body's memory instead of copying a large body again.
-    if whole.replayable {
-        let spliced = inspected.splice(&whole.bytes, &candidate.model);
-        ctx.spliced = Some(Bytes::from(spliced));
-        ctx.peer = Some(peer);
-        Ok(Admission::Proxy)
+    let body = if whole.bytes.len() <= ONE_BUFFER_MAX {
+        vec![Bytes::from(
+            inspected.splice(&whole.bytes, &candidate.model),
+        )]
     } else {
-        Ok(Admission::Direct {
-            body: inspected.splice_parts(&whole.bytes, &candidate.model),
-            peer,
-        })
-    }
+        inspected.splice_parts(&whole.bytes, &candidate.model)
+    };
+    Ok(Admission::Forward { body, peer })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The provider's response on its way back: sturnus headers, TTFC timing, outcome accounting,
 //! metrics and the access log.
 //!
-//! Shared by the Pingora hooks and the direct path, so both measure and label identically.
+//! Called by `forward.rs` for answers and by the `logging` hook for every request, answered or not.
 
 use super::ctx::RequestCtx;
 use super::errors;
