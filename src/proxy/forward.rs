@@ -15,9 +15,12 @@ use crate::app::App;
 use bytes::Bytes;
 use pingora::http::RequestHeader;
 use pingora_core::protocols::http::client::HttpSession;
+use pingora_core::protocols::http::HttpTask;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorType, Result, RetryType};
 use pingora_proxy::Session;
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 /// How long an idle pooled provider connection is kept.
@@ -120,7 +123,10 @@ fn closed_before_answer(e: &Error) -> bool {
     matches!(e.retry, RetryType::ReusedOnly | RetryType::Decided(true))
 }
 
-/// Sends the provider's response header (with sturnus's headers) and relays its body.
+/// Sends the provider's response header (with sturnus's headers) and relays its body. Each
+/// write to the client carries the chunks already received (up to [`MAX_BATCH_CHUNKS`] and
+/// [`MAX_BATCH_BYTES`]), as Pingora's own proxy loop does: a burst of small SSE events costs
+/// one write, not one per event, while a chunk that arrives alone is sent at once.
 async fn relay_response(
     session: &mut Session,
     app: &App,
@@ -132,31 +138,88 @@ async fn relay_response(
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),
     };
     relay::response_header(&mut response, ctx);
-    session
-        .write_response_header(Box::new(response), false)
-        .await
-        .map_err(|e| e.into_down())?;
+    let mut tasks = vec![HttpTask::Header(Box::new(response), false)];
     loop {
-        let chunk = upstream
-            .read_response_body()
+        let chunk = upstream.read_response_body().await;
+        let mut batch = Batch::default();
+        let mut outcome = batch.take(chunk, upstream, &mut tasks, ctx, app);
+        while matches!(outcome, Ok(false)) && batch.has_room() {
+            // Pingora's own proxy loop also drops a pending read (it is cancel-safe).
+            match ready_now(upstream.read_response_body()) {
+                Some(chunk) => outcome = batch.take(chunk, upstream, &mut tasks, ctx, app),
+                None => break,
+            }
+        }
+        // What was received reaches the client before a provider error ends the response.
+        session
+            .write_response_tasks(std::mem::take(&mut tasks))
             .await
-            .map_err(|e| e.into_up())?;
+            .map_err(|e| e.into_down())?;
+        if outcome? {
+            return Ok(());
+        }
+    }
+}
+
+/// Most response chunks gathered into one write to the client.
+const MAX_BATCH_CHUNKS: usize = 64;
+/// Most response body bytes gathered into one write to the client (a provider that sends
+/// faster than the client reads is relayed with bounded memory).
+const MAX_BATCH_BYTES: usize = 64 * 1024;
+
+/// The chunks gathered for one write to the client.
+#[derive(Default)]
+struct Batch {
+    chunks: usize,
+    bytes: usize,
+}
+
+impl Batch {
+    /// Whether another ready chunk may join this write.
+    fn has_room(&self) -> bool {
+        self.chunks < MAX_BATCH_CHUNKS && self.bytes < MAX_BATCH_BYTES
+    }
+
+    /// Times and counts one chunk read from the provider and queues it for the client; true
+    /// at the end of the response.
+    fn take(
+        &mut self,
+        chunk: Result<Option<Bytes>>,
+        upstream: &mut HttpSession,
+        tasks: &mut Vec<HttpTask>,
+        ctx: &mut RequestCtx,
+        app: &App,
+    ) -> Result<bool> {
+        let chunk = chunk.map_err(|e| e.into_up())?;
         let end = chunk.is_none() || upstream.response_done();
         let len = chunk.as_ref().map_or(0, |c| c.len());
         relay::body_chunk(len, end, ctx, &app.catalog.params);
-        session
-            .write_response_body(chunk, end)
-            .await
-            .map_err(|e| e.into_down())?;
-        if end {
-            return Ok(());
-        }
+        self.chunks += 1;
+        self.bytes += len;
+        tasks.push(HttpTask::Body(chunk, end));
+        Ok(end)
+    }
+}
+
+/// The future's output if it is ready at the first poll; `None` (and the future dropped) if
+/// it would have to wait.
+fn ready_now<F: Future>(future: F) -> Option<F::Output> {
+    let mut cx = Context::from_waker(Waker::noop());
+    match std::pin::pin!(future).poll(&mut cx) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ready_now_takes_only_what_is_ready() {
+        assert_eq!(ready_now(std::future::ready(7)), Some(7));
+        assert_eq!(ready_now(std::future::pending::<u8>()), None);
+    }
 
     #[test]
     fn only_errors_marked_safe_to_resend_are_resent() {
