@@ -11,11 +11,12 @@
 # reads CPU time and memory of each proxy from /proc, and writes a markdown table and JSON.
 # Everything it starts is stopped on exit.
 #
-# The machine may be shared: every scenario runs BENCH_ROUNDS times (default 3), targets
-# interleaved, and the summary takes the median of each figure over the rounds; the busy time
-# other processes took on the proxy core is reported next to each run.
+# The machine may be shared: every scenario runs BENCH_ROUNDS times (default 5), targets
+# interleaved with the pass-through and sturnus back to back, and the summary takes the median
+# of each figure over the rounds; the targets are judged on the median of the per-round ratios.
+# The busy time other processes took on the proxy core is reported next to each run.
 #
-# Environment: BENCH_SECONDS (measured seconds per run, default 5), BENCH_WARMUP (default 1),
+# Environment: BENCH_SECONDS (measured seconds per run, default 4), BENCH_WARMUP (default 1),
 # BENCH_PORT (base port, default 19100: uses +1..+5), BENCH_OUT (default bench/results),
 # BENCH_KEEP=1 keeps the scratch directory with logs.
 set -euo pipefail
@@ -24,8 +25,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$HOME/.local/bin:$PATH"
 
-SECS=${BENCH_SECONDS:-5}
-ROUNDS=${BENCH_ROUNDS:-3}
+SECS=${BENCH_SECONDS:-4}
+ROUNDS=${BENCH_ROUNDS:-5}
 WARM=${BENCH_WARMUP:-1}
 OUT=${BENCH_OUT:-$ROOT/bench/results}
 BASE=${BENCH_PORT:-19100}
@@ -241,7 +242,10 @@ for spec in "${SCENARIOS[@]}"; do
     mock_control latency_ms=200 chunk_interval_ms=50 chunks=5
   fi
   for round in $(seq "$ROUNDS"); do
-    for t in "${TARGETS[@]}"; do
+    # The pass-through and sturnus run back to back, in alternating order, so each round's
+    # ratio compares them under the same conditions of the shared machine.
+    if ((round % 2)); then order=(direct nginx passthrough sturnus); else order=(direct nginx sturnus passthrough); fi
+    for t in "${order[@]}"; do
       log "$name round $round/$ROUNDS -> $t (c=$conc)"
       run_load "$tool" "$t" "$body" "$conc" "$WARM" >/dev/null
       pids=$(pids_of "$t")
