@@ -17,8 +17,9 @@ pub struct App {
     pub catalog: Catalog,
     /// Timeouts and trust roots for upstream connections.
     pub peer_settings: PeerSettings,
-    /// Connector to the providers, with its pool of keep-alive connections (`proxy/forward.rs`).
-    pub connector: pingora_core::connectors::http::Connector,
+    /// Connector to the providers (HTTP/1.1), with its pool of keep-alive connections
+    /// (`proxy/forward.rs`).
+    pub connector: pingora_core::connectors::http::v1::Connector,
     /// The Prometheus metrics, with every configured series pre-created.
     pub metrics: Metrics,
     /// The aggregate memory budget for buffered request bodies.
@@ -44,7 +45,7 @@ impl App {
             catalog,
             metrics,
             peer_settings,
-            connector: pingora_core::connectors::http::Connector::new(None),
+            connector: pingora_core::connectors::http::v1::Connector::new(None),
             budget: Budget::from_config(&config.routing),
             started: Instant::now(),
             lifecycle: Arc::new(Lifecycle::new()),

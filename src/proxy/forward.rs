@@ -44,10 +44,27 @@ pub async fn forward(
     drop(body);
     ctx.reservation = None;
     relay_response(session, app, ctx, &mut upstream).await?;
-    app.connector
-        .release_http_session(upstream, &*peer, Some(IDLE_TIMEOUT))
-        .await;
+    if let HttpSession::H1(h1) = upstream {
+        app.connector
+            .release_http_session(h1, &*peer, Some(IDLE_TIMEOUT))
+            .await;
+    }
     Ok(())
+}
+
+/// A connection to the provider: a pooled one when there is one, else a new one (`true` when
+/// it came from the pool).
+async fn connect(app: &App, peer: &HttpPeer) -> Result<(HttpSession, bool)> {
+    if let Some(pooled) = app.connector.reused_http_session(peer).await {
+        return Ok((HttpSession::H1(pooled), true));
+    }
+    // Boxed: opening a connection (TCP, TLS) is a ≈ 9 KB future. Inline, it would make every
+    // request's future that much larger, and each request's future is copied into its box
+    // (`bench/results/profile.md`, seventh session); most requests take a pooled connection.
+    let (new, reused) = Box::pin(app.connector.get_http_session(peer))
+        .await
+        .map_err(|e| e.into_up())?;
+    Ok((HttpSession::H1(new), reused))
 }
 
 /// Sends the request and reads the response header. The one resend allowed: a pooled
@@ -63,11 +80,7 @@ async fn send(
     let mut resends = 0;
     loop {
         let header = upstream_header(session, ctx)?;
-        let (mut upstream, reused) = app
-            .connector
-            .get_http_session(peer)
-            .await
-            .map_err(|e| e.into_up())?;
+        let (mut upstream, reused) = connect(app, peer).await?;
         upstream.set_read_timeout(Some(app.peer_settings.read_timeout));
         upstream.set_write_timeout(Some(app.peer_settings.read_timeout));
         relay::request_sent(ctx);
