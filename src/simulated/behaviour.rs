@@ -28,7 +28,8 @@ pub enum Fault {
     ResetMidStream,
     /// Write bytes that are not HTTP, then close.
     Garbage,
-    /// Answer normally but send SSE chunks (or pieces of a JSON body) this far apart.
+    /// Answer normally but send the head first, then each SSE chunk (or piece of a JSON body)
+    /// after a pause this long.
     SlowDrip(Duration),
     /// Always answer this status with an OpenAI error body.
     Status(u16),

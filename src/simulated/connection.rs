@@ -314,7 +314,8 @@ impl Connection<'_> {
                         .unwrap_or(false),
                 };
                 let interval = pace.unwrap_or_else(|| behaviour.chunk_interval());
-                self.send_stream(&plan, conn, interval, reset).await
+                self.send_stream(&plan, conn, interval, pace.is_some(), reset)
+                    .await
             }
             _ => {
                 self.scratch.clear();
@@ -385,6 +386,7 @@ impl Connection<'_> {
         plan: &StreamPlan<'_>,
         conn: Conn,
         interval: Duration,
+        head_alone: bool,
         reset: bool,
     ) -> Flow {
         let chunked = conn.version >= 1;
@@ -392,13 +394,17 @@ impl Connection<'_> {
             keep_alive: conn.keep_alive && chunked,
             ..conn
         };
-        // The head goes out in the same write as the first event (one syscall less per stream).
+        // The head goes out in the same write as the first event (one syscall less per stream);
+        // a dripping provider sends it alone and pauses before every event.
         self.out.clear();
         push_stream_head(&mut self.out, &self.shared.provider_header, conn);
+        if head_alone && !self.write_out().await {
+            return Flow::Abort;
+        }
         let total = plan.len();
         let send = if reset { total.min(2) } else { total };
         for i in 0..send {
-            if i > 0 {
+            if i > 0 || head_alone {
                 if !interval.is_zero() {
                     tokio::time::sleep(interval).await;
                 }
