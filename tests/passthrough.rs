@@ -208,6 +208,27 @@ async fn streams_are_relayed_chunk_by_chunk_as_they_arrive() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn stream_headers_reach_the_client_before_the_first_event() {
+    let (sim, proxy) = one_candidate(None).await;
+    // The provider sends its headers at once, then each event after a pause.
+    let pause = Duration::from_millis(800);
+    sim.behaviour.set_chunks(1);
+    sim.behaviour.set_fault(Fault::SlowDrip(pause));
+    let start = Instant::now();
+    let resp = post(&proxy, "/v1/chat/completions", chat_body("fast", true)).await;
+    let headers_at = start.elapsed();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-sturnus-provider"], "up");
+    let text = resp.text().await.unwrap();
+    let done_at = start.elapsed();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert!(
+        headers_at < pause && done_at >= 2 * pause,
+        "headers at {headers_at:?}, stream done at {done_at:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn provider_errors_reach_the_client_verbatim() {
     let (sim, proxy) = one_candidate(None).await;
     sim.behaviour.set_fault(Fault::Status(503));
