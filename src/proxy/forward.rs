@@ -45,6 +45,7 @@ pub async fn forward(
     drop(body);
     ctx.reservation = None;
     relay_response(session, app, ctx, &mut upstream).await?;
+    // Always HTTP/1.1 (see `connect`): back to the pool.
     if let HttpSession::H1(h1) = upstream {
         app.connector
             .release_http_session(h1, &*peer, Some(IDLE_TIMEOUT))
