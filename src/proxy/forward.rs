@@ -69,9 +69,9 @@ async fn connect(app: &App, peer: &HttpPeer) -> Result<(HttpSession, bool)> {
     Ok((HttpSession::H1(new), reused))
 }
 
-/// Sends the request and reads the response header. The one resend allowed: a pooled
-/// connection the provider had already closed, found dead before anything was received (the
-/// same candidate, the same bytes, on the next connection).
+/// Sends the request and reads the response header. The only resend: a pooled connection the
+/// provider had already closed, found dead before anything was received (the same candidate,
+/// the same bytes, on the next connection; at most [`MAX_STALE_RESENDS`] times).
 async fn send(
     session: &Session,
     app: &App,
