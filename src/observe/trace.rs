@@ -125,7 +125,7 @@ pub fn parse(value: &str) -> Option<TraceParent> {
     if b.len() < 55 {
         return None;
     }
-    let version = hex_byte(&b[0..2])?;
+    let [version] = hex_array::<1>(&b[0..2])?;
     if version == 0xff || (version == 0 && b.len() != 55) || (b.len() > 55 && b[55] != b'-') {
         return None;
     }
@@ -134,7 +134,7 @@ pub fn parse(value: &str) -> Option<TraceParent> {
     }
     let trace_id: [u8; 16] = hex_array(&b[3..35])?;
     let parent_id: [u8; 8] = hex_array(&b[36..52])?;
-    let flags = hex_byte(&b[53..55])?;
+    let [flags] = hex_array::<1>(&b[53..55])?;
     if trace_id == [0; 16] || parent_id == [0; 8] {
         return None;
     }
@@ -195,22 +195,12 @@ fn nonzero_bytes<const N: usize>(rng: &mut impl RngSource) -> [u8; N] {
     out
 }
 
-/// Lowercase hex digits by value (ids are formatted on every request, so no `fmt` machinery).
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
-
-/// The two lowercase hex digits of `b`.
-fn hex_pair(b: u8) -> [u8; 2] {
-    [
-        HEX_DIGITS[usize::from(b >> 4)],
-        HEX_DIGITS[usize::from(b & 0x0f)],
-    ]
-}
-
 /// Appends `bytes` as lowercase hex.
 fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    for &b in bytes {
-        out.extend_from_slice(&hex_pair(b));
-    }
+    let start = out.len();
+    out.resize(start + bytes.len() * 2, 0);
+    // The slice is exactly twice the input's length, which is all `encode_to_slice` asks.
+    let _ = hex::encode_to_slice(bytes, &mut out[start..]);
 }
 
 /// `N` lowercase hex digits, kept on the stack: the access line writes three ids per request.
@@ -221,9 +211,8 @@ impl<const N: usize> Hex<N> {
     /// The digits of `bytes` (`N / 2` of them).
     fn of(bytes: &[u8]) -> Self {
         let mut out = [b'0'; N];
-        for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
-            pair.copy_from_slice(&hex_pair(b));
-        }
+        // `bytes` holds exactly `N / 2` bytes at every call site.
+        let _ = hex::encode_to_slice(bytes, &mut out);
         Hex(out)
     }
 }
@@ -254,24 +243,16 @@ fn ascii_string(bytes: Vec<u8>) -> String {
     String::from_utf8(bytes).unwrap_or_default()
 }
 
-/// One lowercase hex digit (uppercase is invalid in `traceparent`).
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    }
-}
-
-fn hex_byte(two: &[u8]) -> Option<u8> {
-    Some(nibble(two[0])? << 4 | nibble(two[1])?)
-}
-
+/// Bytes from lowercase hex digits (uppercase is invalid in `traceparent`).
 fn hex_array<const N: usize>(digits: &[u8]) -> Option<[u8; N]> {
-    let mut out = [0u8; N];
-    for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *o = hex_byte(pair)?;
+    if !digits
+        .iter()
+        .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return None;
     }
+    let mut out = [0u8; N];
+    hex::decode_to_slice(digits, &mut out).ok()?;
     Some(out)
 }
 
@@ -367,7 +348,7 @@ mod tests {
         );
         assert!(groups
             .iter()
-            .all(|g| g.bytes().all(|c| HEX_DIGITS.contains(&c))));
+            .all(|g| g.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))));
         assert!(matches!(groups[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'));
     }
 

@@ -119,17 +119,17 @@ impl Endpoint {
     }
 }
 
+/// Everything but RFC 3986 unreserved characters: what a path segment, query value or form
+/// field must have percent-encoded.
+const NOT_UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes everything but RFC 3986 unreserved characters (for a path segment or value).
-fn percent_encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+pub(crate) fn percent_encode_segment(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, NOT_UNRESERVED).to_string()
 }
 
 /// How long a request waits for a credential's first fetch (a Google token at startup).

@@ -4,6 +4,7 @@
 //! connector (and its rustls with sturnus's trust roots) instead of linking a second HTTP stack.
 
 use crate::config::{BaseUrl, Secret};
+use crate::providers::percent_encode_segment;
 use crate::providers::resolve::HostAddr;
 use crate::providers::tls::TrustRoots;
 use bytes::Bytes;
@@ -162,21 +163,11 @@ pub fn form_encode(pairs: &[(&str, &str)]) -> Secret {
         if i > 0 {
             out.push('&');
         }
-        encode_into(&mut out, name);
+        out.push_str(&percent_encode_segment(name));
         out.push('=');
-        encode_into(&mut out, value);
+        out.push_str(&percent_encode_segment(value));
     }
     Secret::new(out)
-}
-
-fn encode_into(out: &mut String, s: &str) {
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
 }
 
 #[cfg(test)]
