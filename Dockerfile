@@ -14,9 +14,9 @@
 # (inside a container the config's `listen` must be "0.0.0.0:4000" for -p to reach it; as a
 # Kubernetes sidecar keep it on 127.0.0.1, see examples/kubernetes/).
 #
-# What the image relies on, proven by tests/static_binary.rs on every CI run: the binary needs no
-# libc, no /etc, no CA files (public roots are compiled in; SSL_CERT_FILE adds a private CA) and
-# no environment variables beyond those its config references.
+# What the image relies on, proven by tests/integration/static_binary.rs on every CI run: the
+# binary needs no libc, no /etc, no CA files (public roots are compiled in; SSL_CERT_FILE adds a
+# private CA) and no environment variables beyond those its config references.
 
 FROM rust:1-bookworm AS build
 ARG TARGETARCH

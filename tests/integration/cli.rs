@@ -1,6 +1,6 @@
 //! The binary's command line: `check`, config errors at startup, `--env-file`, Pingora's flags.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

@@ -3,7 +3,7 @@
 //! with a small body (spliced into one buffer) and a 100 KiB body (sent as pieces of the
 //! received body).
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures_util::StreamExt;

@@ -1,7 +1,7 @@
 //! Vertex AI end to end: Application Default Credentials against mock Google endpoints on
 //! loopback, background token refresh under traffic, and what clients see while no token exists.
 
-mod common;
+use crate::common;
 
 use common::gcp::*;
 use common::*;

@@ -2,7 +2,7 @@
 //! the provider receives it, `x-request-id` on every answer, JSON access logs without secrets,
 //! the extended `/status`, and the separate `metrics_listen` listener.
 
-mod common;
+use crate::common;
 
 use common::exposition::{labels_of, Exposition, Labels};
 use common::*;

@@ -1,7 +1,7 @@
 //! Slow and hostile clients, and the memory budget: timeouts give 408, malformed requests a 4xx
 //! and a closed connection, and every reserved byte comes back whatever happens to a request.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

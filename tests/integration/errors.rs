@@ -1,6 +1,6 @@
 //! Errors sturnus produces itself: OpenAI's error shape, the right status, nothing forwarded.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

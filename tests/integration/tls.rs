@@ -1,6 +1,6 @@
 //! HTTPS providers: SNI and certificate checks against bundled roots plus `SSL_CERT_FILE`.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -2,7 +2,7 @@
 //! against simulated providers that record what they received (each kind's `base_url` points
 //! at loopback in place of the real host). Also the config mistakes that stop startup.
 
-mod common;
+use crate::common;
 
 use common::gcp::GcpMock;
 use common::*;

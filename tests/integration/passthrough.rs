@@ -1,7 +1,7 @@
 //! Transparent passthrough: only the model value changes, every other byte and header rule holds,
 //! bodies of every size take the same route, and streams are relayed as they arrive.
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures_util::StreamExt;

@@ -2,7 +2,7 @@
 //! budget, a thousand concurrent streams, and answers far larger than memory. They assert
 //! behaviour; the figures they print (`--nocapture`) are the ones `docs/reliability.md` quotes.
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures_util::StreamExt;

@@ -1,6 +1,5 @@
 //! Shared harness for the black-box tests: the real sturnus binary on loopback, in front of
 //! simulated providers that speak OpenAI's wire format.
-#![allow(dead_code)]
 
 pub mod exposition;
 

@@ -1,6 +1,6 @@
 //! Latency-weighted routing, failure handling and session affinity, end to end.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::HashMap;

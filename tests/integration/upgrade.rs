@@ -2,7 +2,7 @@
 //! old one gets SIGQUIT — under continuous load with zero failed requests, in-flight streams
 //! completing — and takes the routing state (per-candidate EWMAs) over with them.
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures_util::StreamExt;

@@ -1,6 +1,6 @@
 //! `sturnus healthcheck [--url URL]`: exit 0 on a 200, else 1 with one line saying why.
 
-mod common;
+use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;

@@ -72,8 +72,6 @@ impl MockRequest {
 pub struct IssuedToken {
     /// The access token.
     pub token: String,
-    /// When the mock issued it.
-    pub issued_at: Instant,
     /// When it stops being valid.
     pub expires_at: Instant,
 }
@@ -326,7 +324,6 @@ fn issue(s: &mut State) -> (u16, &'static str, String) {
     let now = Instant::now();
     s.issued.push(IssuedToken {
         token: token.clone(),
-        issued_at: now,
         expires_at: now + Duration::from_secs(s.lifetime),
     });
     let body = serde_json::json!({

@@ -3,7 +3,7 @@
 //! with sturnus: a native sidecar, its config passes `sturnus check`, probes and scrape
 //! annotations point at the metrics listener, and the termination grace covers the drain.
 
-mod common;
+use crate::common;
 
 use serde_yaml::Value;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! SIGTERM: stop accepting, drain in-flight streams, `/health` 503 on the metrics listener
 //! meanwhile, exit 0 — with sturnus's sidecar defaults (no `-c`) and with a Pingora config.
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures_util::StreamExt;

@@ -7,7 +7,7 @@
 //! The README's test command builds this suite for `x86_64-unknown-linux-musl`, so the binary
 //! under test is the one the Dockerfile ships.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::Path;

@@ -1,0 +1,23 @@
+//! The black-box tests, as one test binary: each module starts the real sturnus binary on
+//! loopback (or runs its subcommands) against simulated providers. One binary links Pingora
+//! once; run one module with `cargo test --test integration -- passthrough::`.
+
+mod common;
+
+mod cli;
+mod errors;
+mod faults;
+mod healthcheck;
+mod hostile;
+mod kubernetes;
+mod load;
+mod observability;
+mod passthrough;
+mod providers;
+mod routing;
+mod shutdown;
+mod simulate;
+mod static_binary;
+mod tls;
+mod upgrade;
+mod vertex;
