@@ -5,6 +5,7 @@
 //! Plain HTTP/1.1 over a std `TcpStream` with timeouts; exit 0 on a 200, else 1 with one line
 //! on stderr saying why (refused, timed out, which status and body).
 
+use crate::config::BaseUrl;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -15,48 +16,14 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:4000/health";
 /// Longest answer read (health answers are a few bytes).
 const MAX_ANSWER: usize = 64 * 1024;
 
-/// An `http://host[:port]/path` URL split into what the request needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Target {
-    host: String,
-    port: u16,
-    path: String,
-}
-
-fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let (host, port) = match authority.strip_prefix('[') {
-        Some(v6) => {
-            let (host, after) = v6
-                .split_once(']')
-                .ok_or_else(|| format!("{url}: unclosed [ in the host"))?;
-            (host, after.strip_prefix(':'))
-        }
-        None => match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        },
-    };
-    let port = match port {
-        Some(p) => p
-            .parse::<u16>()
-            .map_err(|_| format!("{url}: bad port {p:?}"))?,
-        None => 80,
-    };
-    if host.is_empty() {
-        return Err(format!("{url}: no host"));
+/// The health URL parsed by the config's URL parser: plain `http://` only (the probe speaks no
+/// TLS), with `/` for an empty path.
+fn parse_url(url: &str) -> Result<BaseUrl, String> {
+    let target = BaseUrl::parse(url).map_err(|e| format!("{url}: {e}"))?;
+    if target.tls {
+        return Err(format!("{url}: only http:// URLs are supported"));
     }
-    Ok(Target {
-        host: host.to_string(),
-        port,
-        path: path.to_string(),
-    })
+    Ok(target)
 }
 
 /// Checks `url` once; `Ok` with a one-line summary on a 200, `Err` with one line saying why.
@@ -72,14 +39,14 @@ pub fn check(url: &str, timeout: Duration) -> Result<String, String> {
     let io = |e: std::io::Error| format!("{url}: {e}");
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    let host_header = if target.host.contains(':') {
-        format!("[{}]:{}", target.host, target.port)
+    let path = if target.path.is_empty() {
+        "/"
     } else {
-        format!("{}:{}", target.host, target.port)
+        &target.path
     };
     let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: sturnus-healthcheck\r\nConnection: close\r\n\r\n",
-        target.path
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: sturnus-healthcheck\r\nConnection: close\r\n\r\n",
+        target.host_header()
     );
     stream
         .write_all(request.as_bytes())
@@ -146,7 +113,7 @@ mod tests {
         let t = parse_url("http://localhost").unwrap();
         assert_eq!(
             (t.host.as_str(), t.port, t.path.as_str()),
-            ("localhost", 80, "/")
+            ("localhost", 80, "")
         );
         let t = parse_url("http://[::1]:9/healthz").unwrap();
         assert_eq!(
@@ -156,9 +123,7 @@ mod tests {
         assert!(parse_url("https://x/health")
             .unwrap_err()
             .contains("only http://"));
-        assert!(parse_url("http://x:99999/")
-            .unwrap_err()
-            .contains("bad port"));
+        assert!(parse_url("http://x:99999/").unwrap_err().contains("port"));
         assert!(parse_url("http:///health").unwrap_err().contains("no host"));
     }
 

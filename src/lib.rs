@@ -10,6 +10,7 @@ pub mod body;
 pub mod budget;
 pub mod catalog;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod healthcheck;

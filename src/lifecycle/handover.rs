@@ -13,7 +13,7 @@ use crate::routing::StatsSnapshot;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Oldest snapshot a new process still imports (the old process writes it moments before the
 /// new one reads it).
@@ -82,10 +82,7 @@ pub struct Restored {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    u64::try_from(crate::clock::unix_now().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Writes every candidate's EWMAs to `path` (atomically, mode 0600); returns how many.

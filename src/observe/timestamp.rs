@@ -3,7 +3,7 @@
 //! thread; each line only adds its milliseconds.
 
 use std::cell::Cell;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Length of `YYYY-MM-DDTHH:MM:SS`, the part cached per second.
 const SECONDS_LEN: usize = 19;
@@ -28,9 +28,7 @@ impl Stamp {
 
 /// The current time.
 pub fn now() -> Stamp {
-    at(SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default())
+    at(crate::clock::unix_now())
 }
 
 /// The time `since_epoch` after the Unix epoch.

@@ -8,7 +8,6 @@
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Source of uniform random numbers that the selector draws from (real or seeded).
 pub trait RngSource {
@@ -64,10 +63,7 @@ thread_local! {
 
 /// Fresh seed from wall-clock time, the thread's identity and the process-random hasher keys.
 fn thread_seed() -> u64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+    let nanos = crate::clock::unix_now().as_nanos() as u64;
     let mut h = RandomState::new().build_hasher();
     h.write_u64(nanos);
     std::hash::Hash::hash(&std::thread::current().id(), &mut h);

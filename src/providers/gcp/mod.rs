@@ -19,7 +19,7 @@ pub mod token;
 use crate::providers::credential::{Credential, CredentialError, Pending};
 use adc::Source;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use token::TokenCell;
 
 pub use refresher::Refresher;
@@ -62,10 +62,7 @@ impl GoogleTokens {
     /// and the failure, never a secret.
     pub async fn fetch(&self, client: &http::HttpClient) -> Result<Instant, String> {
         let started = Instant::now();
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = crate::clock::unix_now().as_secs();
         let outcome = async {
             let request = self.source.request(now)?;
             let answer = client.send(&request).await?;
