@@ -206,6 +206,7 @@ impl HealthCheck for ProviderProbe {
 /// One provider's checking: the crate's service over the provider's registry, and the view
 /// that registers the provider as the registry's target.
 struct ProviderChecks {
+    provider: Arc<Provider>,
     service: HealthCheckService,
     target: Backends,
 }
@@ -213,6 +214,7 @@ struct ProviderChecks {
 impl ProviderChecks {
     fn new(probe: ProviderProbe) -> ProviderChecks {
         let interval = probe.check.interval;
+        let provider = probe.provider.clone();
         let registry = Arc::new(HealthRegistry::new());
         registry.set_health_check(Box::new(probe));
         // The registry needs one target to check. The probe stands for the provider and
@@ -225,11 +227,26 @@ impl ProviderChecks {
         );
         let mut service = HealthCheckService::new(registry);
         service.health_check_frequency = Some(interval);
-        ProviderChecks { service, target }
+        ProviderChecks {
+            provider,
+            service,
+            target,
+        }
     }
 
     /// Registers the target, then checks it every interval until shutdown.
     async fn run(&self, shutdown: ShutdownWatch) {
+        if let Some(check) = self.provider.health.check() {
+            log::info!(
+                "provider {}: health check GET {} every {:?} (out after {} failure(s) in a row, \
+                 back after {} pass(es))",
+                self.provider.name,
+                check.path,
+                check.interval,
+                check.unhealthy_after,
+                check.healthy_after
+            );
+        }
         if let Err(e) = self.target.update(|_| {}).await {
             log::error!("health check target not registered: {e}");
             return;
