@@ -173,6 +173,16 @@ async fn a_provider_failing_its_health_check_gets_no_traffic_until_it_passes_aga
     assert!(proxy
         .logs()
         .contains("provider b passes its health check (GET /health) again"));
+    assert!(!proxy.logs().contains("sk-b"), "the key reached the logs");
+    let status = client()
+        .get(proxy.url("/status"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!status.contains("sk-b"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -226,6 +236,59 @@ async fn when_every_candidate_is_unhealthy_the_alias_routes_as_if_none_were() {
     assert_eq!(healthy_gauge(&m, "a"), Some(0.0));
     assert_eq!(healthy_gauge(&m, "b"), Some(0.0));
     assert!((share(&m, "a", "ma") + share(&m, "b", "mb") - 1.0).abs() < 1e-9);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_https_provider_is_checked_over_tls_against_the_trusted_roots() {
+    let sim = SimProvider::start("secure").await.unwrap();
+    let front = tls::front(sim.addr).await;
+    let config = format!(
+        "[provider.secure]\nbase_url = \"https://127.0.0.1:{}/v1\"\napi_key = \"sk-tls\"\n{CHECK}\
+         [model]\nfast = [{{ provider = \"secure\", model = \"m\" }}]\n",
+        front.addr.port()
+    );
+    let ca = front.ca_pem.to_string_lossy().into_owned();
+    let proxy = Proxy::start_with(&config, &[("SSL_CERT_FILE", ca.as_str())], &[]).await;
+    // Checks pass over TLS: several arrive, with the key, and the provider stays healthy.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sim
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/health")
+        .count()
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no checks arrived:\n{}",
+            proxy.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let check = sim
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/health")
+        .unwrap();
+    assert_eq!(check.header("authorization"), Some("Bearer sk-tls"));
+    assert_eq!(candidate(&proxy, "secure").await["state"], "cold");
+    sim.behaviour.set_health_status(503);
+    wait_unhealthy(&proxy, "secure", true).await;
+    sim.behaviour.set_health_status(200);
+    wait_unhealthy(&proxy, "secure", false).await;
+
+    // Without the test CA among the roots, the TLS handshake fails, and so does the check.
+    let untrusted = Proxy::start(&config).await;
+    wait_unhealthy(&untrusted, "secure", true).await;
+    assert_eq!(
+        healthy_gauge(&metrics(&untrusted).await, "secure"),
+        Some(0.0)
+    );
+    assert!(
+        untrusted.logs().contains("becomes unhealthy"),
+        "{}",
+        untrusted.logs()
+    );
 }
 
 #[test]
