@@ -131,7 +131,7 @@ pub fn status(app: &App) -> Value {
                     json!({
                         "provider": c.provider.name,
                         "model": c.model,
-                        "state": s.health(params.error_threshold).as_str(),
+                        "state": c.state(params.error_threshold),
                         "non_streaming": per_mode(Mode::NonStreaming),
                         "streaming": per_mode(Mode::Streaming),
                         "success_rate": success,

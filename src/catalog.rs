@@ -27,6 +27,22 @@ pub struct Candidate {
     pub header_values: (Option<HeaderValue>, Option<HeaderValue>),
 }
 
+impl Candidate {
+    /// Whether it may take traffic: false while its provider fails its active health check.
+    pub fn is_available(&self) -> bool {
+        self.provider.health.is_healthy()
+    }
+
+    /// Its state on `/status`: `unhealthy` while unavailable, else cold, warm or degraded.
+    pub fn state(&self, error_threshold: f64) -> &'static str {
+        if self.is_available() {
+            self.stats.health(error_threshold).as_str()
+        } else {
+            "unhealthy"
+        }
+    }
+}
+
 /// One alias with its candidates in config order.
 #[derive(Debug)]
 pub struct Alias {
@@ -40,7 +56,8 @@ pub struct Alias {
 
 impl Alias {
     /// Picks the candidate for one request: the affinity pin when it names a healthy candidate
-    /// of this alias, otherwise a latency-weighted draw.
+    /// of this alias, otherwise a latency-weighted draw; among the available candidates only,
+    /// unless none is available.
     pub fn choose(&self, mode: Mode, pin: Option<&str>, params: &RoutingParams) -> Choice {
         let pinned = pin.and_then(|value| {
             affinity::position(
@@ -50,22 +67,39 @@ impl Alias {
                     .map(|c| (c.provider.name.as_str(), c.model.as_str())),
             )
         });
-        routing::choose(&self.stats, mode, pinned, params, &mut routing::ThreadRng).unwrap_or(
-            Choice {
-                index: 0,
-                pinned_honoured: false,
-            },
+        let available = |i: usize| self.candidates[i].is_available();
+        routing::choose_available(
+            &self.stats,
+            available,
+            mode,
+            pinned,
+            params,
+            &mut routing::ThreadRng,
         )
+        .unwrap_or(Choice {
+            index: 0,
+            pinned_honoured: false,
+        })
     }
 
     /// Current raw routing weights of the candidates for one mode (for `/status`).
     pub fn weights(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
-        routing::weights_for(&self.stats, mode, params)
+        routing::weights_available(
+            &self.stats,
+            |i| self.candidates[i].is_available(),
+            mode,
+            params,
+        )
     }
 
     /// Current traffic shares of the candidates for one mode (for `/status` and metrics).
     pub fn shares(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
-        routing::shares_for(&self.stats, mode, params)
+        routing::shares_available(
+            &self.stats,
+            |i| self.candidates[i].is_available(),
+            mode,
+            params,
+        )
     }
 }
 

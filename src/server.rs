@@ -5,6 +5,7 @@
 use crate::app::App;
 use crate::lifecycle::{drain, handover, outlive::Outliving, signals};
 use crate::providers::gcp::Refresher;
+use crate::providers::health::HealthChecks;
 use crate::proxy::header_guard::HeaderGuard;
 use crate::proxy::Sturnus;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -82,6 +83,9 @@ pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, String> {
     let roots = app.peer_settings.roots.clone();
     if let Some(refresher) = Refresher::for_providers(&app.catalog.providers, roots) {
         server.add_service(background_service("google tokens", refresher));
+    }
+    if let Some(checks) = HealthChecks::for_providers(&app.catalog.providers, &app.peer_settings) {
+        server.add_service(background_service("provider health checks", checks));
     }
     if let Some(addr) = app.config.metrics_listen {
         let metrics = crate::metrics_listener::service(app.clone(), addr);

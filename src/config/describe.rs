@@ -74,5 +74,12 @@ fn provider_line(p: &ProviderConfig) -> String {
         (_, Some(_)) => "api_key ***",
         (_, None) => "api_key not set",
     };
-    format!("{}: {kind}, base_url {base}, {auth}", p.name)
+    let health = match &p.health_check {
+        Some(hc) => format!(
+            "health check GET {} every {:?} (out after {} failures, back after {} passes)",
+            hc.path, hc.interval, hc.unhealthy_after, hc.healthy_after
+        ),
+        None => "no health check".to_string(),
+    };
+    format!("{}: {kind}, base_url {base}, {auth}, {health}", p.name)
 }

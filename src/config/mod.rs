@@ -12,6 +12,7 @@ mod describe;
 mod env_file;
 mod error;
 mod expand;
+mod health_check;
 mod parse;
 mod provider;
 mod reader;
@@ -28,7 +29,8 @@ pub use base_url::BaseUrl;
 pub use env_file::{load_env_file, parse_env_file};
 pub use error::ConfigError;
 pub use schema::{
-    AliasConfig, CandidateConfig, Config, ProviderConfig, ProviderKind, RoutingConfig,
+    AliasConfig, CandidateConfig, Config, HealthCheckConfig, ProviderConfig, ProviderKind,
+    RoutingConfig,
 };
 pub use secret::Secret;
 

@@ -1,6 +1,7 @@
 //! Reading `[provider.NAME]` tables: kind selection, base URL, API key and kind settings.
 
 use super::base_url::BaseUrl;
+use super::health_check::read_health_check;
 use super::reader::{join, quoted, Reader};
 use super::schema::{ProviderConfig, ProviderKind};
 use super::secret::Secret;
@@ -14,6 +15,7 @@ const KEYS: &[&str] = &[
     "google_ai",
     "anthropic",
     "vertex_ai",
+    "health_check",
 ];
 /// The kind tables; at most one may be present.
 const KINDS: &[&str] = &["azure_openai", "google_ai", "anthropic", "vertex_ai"];
@@ -103,11 +105,16 @@ fn read_provider(r: &mut Reader, path: &str, name: &str, value: &Value) -> Optio
             "Vertex AI uses OAuth access tokens (Application Default Credentials), not API keys; remove api_key",
         );
     }
+    let health_check = match t.get("health_check") {
+        Some(v) => Some(read_health_check(r, &join(path, "health_check"), v)?),
+        None => None,
+    };
     Some(ProviderConfig {
         name: name.to_string(),
         kind: kind?,
         base_url,
         api_key,
+        health_check,
     })
 }
 
@@ -410,6 +417,23 @@ mod tests {
         assert_eq!(p.names, vec!["zeta", "alpha", "mid"]);
         let valid: Vec<_> = p.valid.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(valid, vec!["zeta", "mid"]);
+    }
+
+    #[test]
+    fn health_checks_are_off_unless_configured() {
+        let p = one("[provider.vllm]\nbase_url = \"http://vllm:8000/v1\"");
+        assert_eq!(p.health_check, None);
+        let p = one("[provider.vllm]\nbase_url = \"http://vllm:8000/v1\"\nhealth_check = { path = \"/health\", unhealthy_after = 3 }");
+        let hc = p.health_check.unwrap();
+        assert_eq!((hc.path.as_str(), hc.unhealthy_after), ("/health", 3));
+        // An invalid check makes the provider invalid, but its name is still declared.
+        let (p, problems) = read("[provider.vllm]\nbase_url = \"http://vllm:8000/v1\"\nhealth_check = { path = \"health\" }");
+        assert!(p.valid.is_empty());
+        assert_eq!(p.names, vec!["vllm"]);
+        assert_eq!(
+            problems,
+            vec!["provider.vllm.health_check.path: \"health\" must start with '/' (a path on the provider's host)"]
+        );
     }
 
     #[test]

@@ -31,6 +31,34 @@ pub struct ProviderConfig {
     pub base_url: Option<BaseUrl>,
     /// API key, if set and non-empty after expansion.
     pub api_key: Option<Secret>,
+    /// Active health check (`health_check = { ... }`); off when `None`.
+    pub health_check: Option<HealthCheckConfig>,
+}
+
+/// A provider's active health check: a GET of `path` on its host every `interval`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckConfig {
+    /// Path (and optional query) on the provider's host, starting with `/`; the base URL's
+    /// path prefix is not prepended.
+    pub path: String,
+    /// Time between the starts of two checks; also the time one check may take.
+    pub interval: Duration,
+    /// Consecutive failed checks that take the provider out of rotation.
+    pub unhealthy_after: u32,
+    /// Consecutive passed checks that bring it back.
+    pub healthy_after: u32,
+}
+
+impl Default for HealthCheckConfig {
+    /// Every 5 s; out after 2 failures, back after 1 pass. The path has no default.
+    fn default() -> Self {
+        HealthCheckConfig {
+            path: String::new(),
+            interval: Duration::from_secs(5),
+            unhealthy_after: 2,
+            healthy_after: 1,
+        }
+    }
 }
 
 /// The API dialect of a provider and the settings that dialect needs.

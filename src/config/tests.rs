@@ -359,6 +359,21 @@ fn describe_summarises_the_config() {
 }
 
 #[test]
+fn describe_names_each_providers_health_check() {
+    let text = MINI.replace(
+        "/v1\"\n",
+        "/v1\"\nhealth_check = { path = \"/health\", interval_secs = 2.5, healthy_after = 3 }\n",
+    );
+    let s = Config::parse(&text, &env).unwrap().describe();
+    assert!(
+        s.contains("api_key not set, health check GET /health every 2.5s (out after 2 failures, back after 3 passes)"),
+        "{s}"
+    );
+    let s = Config::parse(MINI, &env).unwrap().describe();
+    assert!(s.contains("api_key not set, no health check"), "{s}");
+}
+
+#[test]
 fn error_display_is_one_problem_per_line() {
     let e = Config::parse("listen = 1\nfoo = 2", &env).unwrap_err();
     let text = e.to_string();

@@ -6,6 +6,7 @@
 //! handles are resolved once, so recording is a few atomic adds.
 
 use crate::catalog::Catalog;
+use crate::providers::Provider;
 use crate::routing::{ErrorKind, Mode};
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
@@ -51,6 +52,8 @@ pub fn stream_label(mode: Mode) -> &'static str {
 pub struct Metrics {
     registry: Registry,
     buffer_rejections: IntCounter,
+    /// `sturnus_provider_healthy` of each provider with an active health check.
+    provider_healthy: Vec<(Arc<Provider>, IntGauge)>,
     /// Per alias (config order): its candidate series and routed-request counts.
     aliases: Vec<AliasSeries>,
     by_name: HashMap<String, usize>,
@@ -148,6 +151,20 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        let healthy = IntGaugeVec::new(
+            Opts::new(
+                "sturnus_provider_healthy",
+                "1 while the provider passes its active health check, 0 while it fails it \
+                 (providers with a health_check only).",
+            ),
+            &["provider"],
+        )?;
+        let provider_healthy = catalog
+            .providers
+            .iter()
+            .filter(|p| p.health.check().is_some())
+            .map(|p| (p.clone(), healthy.with_label_values(&[p.name.as_str()])))
+            .collect();
 
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(ttfc.clone()))?;
@@ -157,6 +174,7 @@ impl Metrics {
         registry.register(Box::new(inflight.clone()))?;
         registry.register(Box::new(share.clone()))?;
         registry.register(Box::new(build_info))?;
+        registry.register(Box::new(healthy))?;
 
         let mut aliases = Vec::with_capacity(catalog.aliases.len());
         for alias in &catalog.aliases {
@@ -198,6 +216,7 @@ impl Metrics {
         let metrics = Metrics {
             registry,
             buffer_rejections,
+            provider_healthy,
             aliases,
             by_name,
         };
@@ -256,9 +275,12 @@ impl Metrics {
         }
     }
 
-    /// The exposition text, with shares refreshed from the live routing state.
+    /// The exposition text, with shares and provider health refreshed from the live state.
     pub fn render(&self, catalog: &Catalog) -> Vec<u8> {
         self.update_shares(catalog);
+        for (provider, gauge) in &self.provider_healthy {
+            gauge.set(i64::from(provider.health.is_healthy()));
+        }
         let mut out = Vec::with_capacity(16 * 1024);
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
             log::error!("cannot encode metrics: {e}");
@@ -368,6 +390,39 @@ solo = [{ provider = "b", model = "m2" }]
         ));
         assert!(t.contains("sturnus_routing_share{alias=\"solo\",model=\"m2\",provider=\"b\"} 1"));
         assert!(t.contains("sturnus_routing_share{alias=\"fast\",model=\"m1\",provider=\"a\"} 0.5"));
+    }
+
+    #[test]
+    fn provider_health_is_a_gauge_for_checked_providers_only() {
+        let text_config = r#"
+[provider.a]
+base_url = "http://127.0.0.1:9/v1"
+health_check = { path = "/health" }
+[provider.b]
+base_url = "http://127.0.0.1:10/v1"
+[model]
+fast = [{ provider = "a", model = "m1" }, { provider = "b", model = "m2" }]
+"#;
+        let c = Catalog::build(&Config::parse(text_config, &|_| None).unwrap()).unwrap();
+        let m = Metrics::new(&c).unwrap();
+        let t = text(&m, &c);
+        assert!(
+            t.contains("sturnus_provider_healthy{provider=\"a\"} 1"),
+            "{t}"
+        );
+        assert!(
+            !t.contains("sturnus_provider_healthy{provider=\"b\"}"),
+            "{t}"
+        );
+        c.providers[0].health.set_healthy(false);
+        let t = text(&m, &c);
+        assert!(
+            t.contains("sturnus_provider_healthy{provider=\"a\"} 0"),
+            "{t}"
+        );
+        // Its candidate is out of rotation: no share, and the other takes everything.
+        assert!(t.contains("sturnus_routing_share{alias=\"fast\",model=\"m1\",provider=\"a\"} 0"));
+        assert!(t.contains("sturnus_routing_share{alias=\"fast\",model=\"m2\",provider=\"b\"} 1"));
     }
 
     #[test]

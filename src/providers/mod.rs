@@ -9,6 +9,7 @@ mod azure;
 pub mod credential;
 pub mod gcp;
 mod google_ai;
+pub mod health;
 mod openai;
 pub mod resolve;
 pub mod tls;
@@ -165,6 +166,8 @@ pub struct Provider {
     addr: HostAddr,
     credential: Arc<dyn Credential>,
     google: Option<Arc<GoogleTokens>>,
+    /// Whether its active health check (if configured) lets it take traffic.
+    pub health: health::HealthState,
 }
 
 impl std::fmt::Debug for Provider {
@@ -221,6 +224,7 @@ impl Provider {
             endpoint,
             credential,
             google: tokens,
+            health: health::HealthState::new(cfg.health_check.clone()),
         })
     }
 
@@ -321,6 +325,7 @@ mod tests {
             kind,
             base_url: None,
             api_key: key.map(crate::config::Secret::new),
+            health_check: None,
         })
         .unwrap()
     }

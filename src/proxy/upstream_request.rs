@@ -128,6 +128,7 @@ mod tests {
                 path: "/v1".into(),
             }),
             api_key: Some(Secret::new("sk-provider")),
+            health_check: None,
         })
         .unwrap()
     }

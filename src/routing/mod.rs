@@ -4,17 +4,21 @@
 //! - [`tracker`]: lock-free per-candidate stats (latency EWMA per mode, success EWMA, in-flight,
 //!   last error, counters) shared by every alias listing the candidate.
 //! - [`selector`]: the pure share computation, the weighted pick and the pin rule.
+//! - [`available`]: the same pick and shares restricted to the candidates that may take
+//!   traffic (whose provider passes its active health check).
 //! - [`affinity`]: the `<provider>/<model>` session-affinity header value.
 //! - [`rng`]: small thread-local and seedable random sources.
 //! - [`pressure`]: the age of requests still waiting for an answer and `Retry-After` back-off,
 //!   the signals that arrive before a response does.
 
 pub mod affinity;
+pub mod available;
 pub mod pressure;
 pub mod rng;
 pub mod selector;
 pub mod tracker;
 
+pub use available::{choose_available, shares_available, weights_available};
 pub use pressure::unix_us;
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{

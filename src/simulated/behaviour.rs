@@ -101,6 +101,8 @@ pub struct Behaviour {
     /// Requests seen since the failure setting last changed.
     failure_counter: AtomicU64,
     fault: AtomicU64,
+    /// The status `.../health` answers (when no fault applies).
+    health_status: AtomicU32,
 }
 
 impl fmt::Debug for Behaviour {
@@ -111,6 +113,7 @@ impl fmt::Debug for Behaviour {
             .field("chunks", &self.chunks())
             .field("failure_every", &self.failure_every())
             .field("fault", &self.fault())
+            .field("health_status", &self.health_status())
             .finish()
     }
 }
@@ -131,6 +134,7 @@ impl Behaviour {
             failure: AtomicU64::new(0),
             failure_counter: AtomicU64::new(0),
             fault: AtomicU64::new(0),
+            health_status: AtomicU32::new(200),
         }
     }
 
@@ -198,6 +202,19 @@ impl Behaviour {
     pub fn fault(&self) -> Fault {
         Fault::decode(self.fault.load(Ordering::Relaxed))
     }
+
+    /// Sets the status the health endpoint (`.../health`) answers: 200 (the default) is
+    /// healthy; anything else is a failing health check while the API itself keeps answering.
+    /// A [`Fault`] takes the health endpoint down with the rest.
+    pub fn set_health_status(&self, status: u16) {
+        self.health_status
+            .store(u32::from(status), Ordering::Relaxed);
+    }
+
+    /// The status the health endpoint answers.
+    pub fn health_status(&self) -> u16 {
+        u16::try_from(self.health_status.load(Ordering::Relaxed)).unwrap_or(500)
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +230,9 @@ mod tests {
         assert_eq!(b.failure_every(), (0, 0));
         assert_eq!(b.fault(), Fault::None);
         assert_eq!(b.next_failure(), None);
+        assert_eq!(b.health_status(), 200);
+        b.set_health_status(503);
+        assert_eq!(b.health_status(), 503);
     }
 
     #[test]

@@ -260,6 +260,9 @@ impl Connection<'_> {
             Fault::EndlessStream => return self.send_endless(conn).await,
             _ => {}
         }
+        if head.route == Route::Health {
+            return self.send_health(conn).await;
+        }
         if let Some(status) = behaviour.next_failure() {
             return self.send_error(status, "simulated failure", conn).await;
         }
@@ -300,7 +303,7 @@ impl Connection<'_> {
             Route::Chat => Some(StreamApi::Chat),
             Route::Completions => Some(StreamApi::Completions),
             Route::Responses => Some(StreamApi::Responses),
-            Route::Embeddings | Route::NotFound => None,
+            Route::Embeddings | Route::Health | Route::NotFound => None,
         };
         match api {
             Some(api) if probe.stream == Some(true) => {
@@ -328,7 +331,9 @@ impl Connection<'_> {
                         "completed",
                         Some(ctx.content),
                     ),
-                    Route::Chat | Route::NotFound => push_chat_body(&mut self.scratch, &ctx),
+                    Route::Chat | Route::Health | Route::NotFound => {
+                        push_chat_body(&mut self.scratch, &ctx)
+                    }
                 }
                 self.send_json_body(conn, pace, reset).await
             }
@@ -512,6 +517,23 @@ impl Connection<'_> {
         };
         self.out.clear();
         push_json_response(&mut self.out, status, extra, conn, &self.scratch);
+        if self.write_out().await {
+            after(conn)
+        } else {
+            Flow::Abort
+        }
+    }
+
+    /// Answers the health endpoint: `{"status":"ok"}` with the configured status when it is
+    /// 200, else an error body with that status.
+    async fn send_health(&mut self, conn: Conn) -> Flow {
+        let status = self.shared.behaviour.health_status();
+        if status != 200 {
+            return self.send_error(status, "simulated unhealthy", conn).await;
+        }
+        self.out.clear();
+        let body = br#"{"status":"ok"}"#;
+        push_json_response(&mut self.out, 200, &self.shared.provider_header, conn, body);
         if self.write_out().await {
             after(conn)
         } else {

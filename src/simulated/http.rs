@@ -20,6 +20,8 @@ pub(crate) enum Route {
     Embeddings,
     /// `.../responses`
     Responses,
+    /// `.../health`, the health endpoint self-hosted servers expose (any method).
+    Health,
     /// Anything else.
     NotFound,
 }
@@ -36,6 +38,8 @@ impl Route {
             Route::Embeddings
         } else if path.ends_with("/responses") {
             Route::Responses
+        } else if path.ends_with("/health") {
+            Route::Health
         } else {
             Route::NotFound
         }
@@ -245,6 +249,8 @@ mod tests {
         assert_eq!(Route::of("/v1/embeddings"), Route::Embeddings);
         assert_eq!(Route::of("/v1/responses"), Route::Responses);
         assert_eq!(Route::of("/v1/models"), Route::NotFound);
+        assert_eq!(Route::of("/health"), Route::Health);
+        assert_eq!(Route::of("/v1/health/"), Route::Health);
         assert_eq!(Route::of("/"), Route::NotFound);
     }
 

@@ -6,8 +6,9 @@
 //! (parsed with httparse, no hyper) so it can also misbehave at the byte level.
 //!
 //! Routes are matched by path suffix, so any prefix works: `.../chat/completions`,
-//! `.../completions`, `.../embeddings`, `.../responses`; anything else is a 404 in OpenAI's
-//! error format. Responses, SSE streams and errors follow OpenAI's wire formats.
+//! `.../completions`, `.../embeddings`, `.../responses`, and `.../health` (a health endpoint
+//! whose status a test sets); anything else is a 404 in OpenAI's error format. Responses, SSE
+//! streams and errors follow OpenAI's wire formats.
 
 mod behaviour;
 mod chunked;

@@ -815,3 +815,32 @@ async fn fault_drop_reused_answers_each_connection_once_then_closes_it_silently(
     let r = fresh.request(&post("/v1/chat/completions", CHAT, "")).await;
     assert_eq!(r.json()["object"], "chat.completion");
 }
+
+#[tokio::test]
+async fn the_health_endpoint_answers_its_set_status_and_follows_faults() {
+    let p = start("h").await;
+    let mut c = Client::connect(p.addr).await;
+    let get = b"GET /health HTTP/1.1\r\nhost: sim\r\n\r\n";
+    let r = c.request(get).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), serde_json::json!({"status": "ok"}));
+    p.behaviour.set_health_status(503);
+    let r = c.request(get).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error"]["type"], "server_error");
+    // The API itself still answers: only the health endpoint fails.
+    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    assert_eq!(r.status, 200);
+    p.behaviour.set_health_status(200);
+    p.behaviour.set_fault(Fault::Status(500));
+    assert_eq!(c.request(get).await.status, 500);
+    p.behaviour.set_fault(Fault::None);
+    assert_eq!(c.request(get).await.status, 200);
+    let health: Vec<_> = p
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/health")
+        .collect();
+    assert_eq!(health.len(), 4);
+    assert_eq!(health[0].method, "GET");
+}

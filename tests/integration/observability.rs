@@ -921,8 +921,9 @@ fn metric_names(text: &str, families: &BTreeMap<String, String>) -> BTreeSet<Str
 
 #[test]
 fn docs_and_dashboard_name_only_real_metrics() {
+    // The provider has a health check, so that every family has a series.
     let config = sturnus::config::Config::parse(
-        "[provider.p]\nbase_url = \"http://127.0.0.1:9/v1\"\n[model]\na = [{ provider = \"p\", model = \"m\" }]\n",
+        "[provider.p]\nbase_url = \"http://127.0.0.1:9/v1\"\nhealth_check = { path = \"/health\" }\n[model]\na = [{ provider = \"p\", model = \"m\" }]\n",
         &|_| None,
     )
     .unwrap();

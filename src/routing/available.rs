@@ -1,0 +1,201 @@
+//! Routing among the candidates that may take traffic.
+//!
+//! A candidate is unavailable while its provider fails its active health check. An unavailable
+//! candidate gets no share at all (not even the probe floor) and a pin naming it is not
+//! honoured: the alias routes as if it were not listed. When no candidate of an alias is
+//! available, the restriction is dropped and the alias routes as if all were. The rule is a
+//! filter in front of [`choose`], [`shares_for`] and [`weights_for`]: they run unchanged on the
+//! available candidates.
+
+use super::rng::RngSource;
+use super::selector::{choose, shares_for, weights_for, Choice, RoutingParams};
+use super::tracker::{CandidateStats, Mode};
+
+/// The positions of the available candidates, or `None` when the restriction does not apply
+/// (all of them are available, or none is).
+fn available_positions(n: usize, available: impl Fn(usize) -> bool) -> Option<Vec<usize>> {
+    if (0..n).all(&available) {
+        return None;
+    }
+    let up: Vec<usize> = (0..n).filter(|&i| available(i)).collect();
+    (!up.is_empty()).then_some(up)
+}
+
+/// [`choose`] restricted to the candidates for which `available(index)` holds. Allocates only
+/// while some candidate is unavailable.
+pub fn choose_available<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    available: impl Fn(usize) -> bool,
+    mode: Mode,
+    pinned: Option<usize>,
+    params: &RoutingParams,
+    rng: &mut impl RngSource,
+) -> Option<Choice> {
+    let Some(up) = available_positions(cands.len(), available) else {
+        return choose(cands, mode, pinned, params, rng);
+    };
+    let subset: Vec<&CandidateStats> = up.iter().map(|&i| cands[i].as_ref()).collect();
+    let pinned = pinned.and_then(|p| up.iter().position(|&i| i == p));
+    let choice = choose(&subset, mode, pinned, params, rng)?;
+    Some(Choice {
+        index: up[choice.index],
+        ..choice
+    })
+}
+
+/// [`shares_for`] restricted to the available candidates; unavailable ones show 0.
+pub fn shares_available<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    available: impl Fn(usize) -> bool,
+    mode: Mode,
+    params: &RoutingParams,
+) -> Vec<f64> {
+    restricted(cands, available, |subset| shares_for(subset, mode, params))
+}
+
+/// [`weights_for`] restricted to the available candidates; unavailable ones show 0.
+pub fn weights_available<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    available: impl Fn(usize) -> bool,
+    mode: Mode,
+    params: &RoutingParams,
+) -> Vec<f64> {
+    restricted(cands, available, |subset| weights_for(subset, mode, params))
+}
+
+/// Runs `per_candidate` on the available candidates and spreads its values back over all of
+/// them (0 for the unavailable).
+fn restricted<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    available: impl Fn(usize) -> bool,
+    per_candidate: impl Fn(&[&CandidateStats]) -> Vec<f64>,
+) -> Vec<f64> {
+    let all: Vec<&CandidateStats> = cands.iter().map(AsRef::as_ref).collect();
+    let Some(up) = available_positions(cands.len(), available) else {
+        return per_candidate(&all);
+    };
+    let subset: Vec<&CandidateStats> = up.iter().map(|&i| all[i]).collect();
+    let mut out = vec![0.0; cands.len()];
+    for (&i, value) in up.iter().zip(per_candidate(&subset)) {
+        out[i] = value;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rng::SplitMix64;
+    use super::*;
+    use std::sync::Arc;
+
+    fn warm(latency_us: f64) -> Arc<CandidateStats> {
+        let s = Arc::new(CandidateStats::new());
+        s.record_latency(Mode::NonStreaming, latency_us, 1.0);
+        s
+    }
+
+    /// Three warm candidates; the fastest (index 0) would take nearly everything.
+    fn three() -> Vec<Arc<CandidateStats>> {
+        vec![warm(100.0), warm(1_000.0), warm(10_000.0)]
+    }
+
+    fn picks(
+        cands: &[Arc<CandidateStats>],
+        up: &[bool],
+        pinned: Option<usize>,
+        n: usize,
+    ) -> Vec<Choice> {
+        let mut rng = SplitMix64::new(7);
+        let p = RoutingParams::default();
+        (0..n)
+            .map(|_| {
+                choose_available(cands, |i| up[i], Mode::NonStreaming, pinned, &p, &mut rng)
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_unavailable_candidate_gets_nothing_not_even_the_probe_floor() {
+        let cands = three();
+        let p = RoutingParams {
+            probe_floor: 0.2,
+            ..RoutingParams::default()
+        };
+        let up = [false, true, true];
+        let shares = shares_available(&cands, |i| up[i], Mode::NonStreaming, &p);
+        assert_eq!(shares[0], 0.0);
+        assert!((shares[1] + shares[2] - 1.0).abs() < 1e-12, "{shares:?}");
+        assert!(
+            shares[2] >= 0.2 - 1e-12,
+            "the floor still holds among the others"
+        );
+        let weights = weights_available(&cands, |i| up[i], Mode::NonStreaming, &p);
+        assert_eq!(weights[0], 0.0);
+        assert_eq!(weights[1], 1.0, "the best available candidate has weight 1");
+        let chosen = picks(&cands, &up, None, 5_000);
+        assert!(chosen.iter().all(|c| c.index != 0));
+        assert!(
+            chosen.iter().any(|c| c.index == 2),
+            "the floor reaches index 2"
+        );
+    }
+
+    #[test]
+    fn a_pin_to_an_unavailable_candidate_breaks_and_others_still_pin() {
+        let cands = three();
+        let chosen = picks(&cands, &[true, false, true], Some(1), 500);
+        assert!(chosen.iter().all(|c| c.index != 1 && !c.pinned_honoured));
+        let chosen = picks(&cands, &[true, false, true], Some(2), 50);
+        assert!(
+            chosen.iter().all(|c| c.index == 2 && c.pinned_honoured),
+            "{chosen:?}"
+        );
+    }
+
+    #[test]
+    fn with_every_candidate_unavailable_the_alias_routes_as_if_none_were() {
+        let cands = three();
+        let none = [false, false, false];
+        let p = RoutingParams::default();
+        let shares = shares_available(&cands, |i| none[i], Mode::NonStreaming, &p);
+        assert_eq!(shares, shares_for(&cands, Mode::NonStreaming, &p));
+        assert!(shares.iter().all(|s| *s > 0.0));
+        let chosen = picks(&cands, &none, Some(2), 20);
+        assert!(chosen.iter().all(|c| c.index == 2 && c.pinned_honoured));
+    }
+
+    #[test]
+    fn with_every_candidate_available_nothing_changes() {
+        let cands = three();
+        let all = [true, true, true];
+        let p = RoutingParams::default();
+        let mut a = SplitMix64::new(3);
+        let mut b = SplitMix64::new(3);
+        for _ in 0..200 {
+            let plain = choose(&cands, Mode::NonStreaming, None, &p, &mut a);
+            let filtered =
+                choose_available(&cands, |i| all[i], Mode::NonStreaming, None, &p, &mut b);
+            assert_eq!(plain, filtered);
+        }
+        assert_eq!(
+            shares_available(&cands, |i| all[i], Mode::Streaming, &p),
+            shares_for(&cands, Mode::Streaming, &p)
+        );
+    }
+
+    #[test]
+    fn one_available_candidate_takes_everything() {
+        let cands = three();
+        let only_slowest = [false, false, true];
+        let chosen = picks(&cands, &only_slowest, Some(0), 200);
+        assert!(chosen.iter().all(|c| c.index == 2 && !c.pinned_honoured));
+        let shares = shares_available(
+            &cands,
+            |i| only_slowest[i],
+            Mode::NonStreaming,
+            &RoutingParams::default(),
+        );
+        assert_eq!(shares, vec![0.0, 0.0, 1.0]);
+    }
+}
