@@ -7,6 +7,7 @@ mod common;
 mod cli;
 mod errors;
 mod faults;
+mod health_checks;
 mod healthcheck;
 mod hostile;
 mod kubernetes;

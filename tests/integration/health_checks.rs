@@ -1,7 +1,7 @@
 //! Active health checks (`health_check = { ... }`), end to end: the real binary in front of
 //! simulated providers whose health endpoint fails, or which go down and come back up.
 
-mod common;
+use crate::common;
 
 use common::exposition::Exposition;
 use common::*;
