@@ -6,7 +6,10 @@ use crate::config::Config;
 use crate::lifecycle::Lifecycle;
 use crate::observe::Metrics;
 use crate::providers::{tls, PeerSettings};
-use std::sync::Arc;
+use pingora::server::configuration::ServerConf;
+use pingora_core::connectors::http::v1::Connector;
+use pingora_core::connectors::ConnectorOptions;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// Everything the request path and the admin endpoints share, behind one `Arc`.
@@ -17,9 +20,9 @@ pub struct App {
     pub catalog: Catalog,
     /// Timeouts and trust roots for upstream connections.
     pub peer_settings: PeerSettings,
-    /// Connector to the providers (HTTP/1.1), with its pool of keep-alive connections
-    /// (`proxy/forward.rs`).
-    pub connector: pingora_core::connectors::http::v1::Connector,
+    /// Connector to the providers, set from Pingora's server configuration when the server is
+    /// built ([`App::connect_upstream`]).
+    upstream: OnceLock<Upstream>,
     /// The Prometheus metrics, with every configured series pre-created.
     pub metrics: Metrics,
     /// The aggregate memory budget for buffered request bodies.
@@ -45,11 +48,52 @@ impl App {
             catalog,
             metrics,
             peer_settings,
-            connector: pingora_core::connectors::http::v1::Connector::new(None),
+            upstream: OnceLock::new(),
             budget: Budget::from_config(&config.routing),
             started: Instant::now(),
             lifecycle: Arc::new(Lifecycle::new()),
             config,
         }))
+    }
+}
+
+/// How sturnus reaches the providers: Pingora's connector (HTTP/1.1) with its pool of
+/// keep-alive connections, and the resend bound, both from Pingora's server configuration.
+pub struct Upstream {
+    /// The connector and its pool (`proxy/forward.rs`).
+    pub connector: Connector,
+    /// Most resends of one request whose pooled connection the provider had already closed
+    /// (`max_retries`).
+    pub max_resends: usize,
+    /// Most idle connections the pool keeps (`upstream_keepalive_pool_size` × `threads`).
+    pub pool_size: usize,
+}
+
+impl Upstream {
+    /// The connector Pingora's own proxy would build from `conf`: its keep-alive pool size,
+    /// source addresses, connect offload threads, CA file and TLS key log.
+    pub fn from_server_conf(conf: &ServerConf) -> Upstream {
+        let options = ConnectorOptions::from_server_conf(conf);
+        let pool_size = options.keepalive_pool_size;
+        Upstream {
+            connector: Connector::new(Some(options)),
+            max_resends: conf.max_retries,
+            pool_size,
+        }
+    }
+}
+
+impl App {
+    /// Builds the connector to the providers from Pingora's server configuration; the first
+    /// call wins (the server is built once per process).
+    pub fn connect_upstream(&self, conf: &ServerConf) -> &Upstream {
+        self.upstream
+            .get_or_init(|| Upstream::from_server_conf(conf))
+    }
+
+    /// The connector to the providers (Pingora's defaults if no server configuration was given).
+    pub fn upstream(&self) -> &Upstream {
+        self.upstream
+            .get_or_init(|| Upstream::from_server_conf(&ServerConf::default()))
     }
 }

@@ -79,6 +79,10 @@ pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, String> {
         "memory budget for request bodies: {}",
         app.budget.describe()
     );
+    log_upstream(
+        app.connect_upstream(&server.configuration),
+        &server.configuration,
+    );
 
     let roots = app.peer_settings.roots.clone();
     if let Some(refresher) = Refresher::for_providers(&app.catalog.providers, roots) {
@@ -96,6 +100,19 @@ pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, String> {
         log::warn!("{warning}");
     }
     Ok(Built { server, watch })
+}
+
+/// Logs the provider connection settings taken from the server configuration.
+fn log_upstream(upstream: &crate::app::Upstream, conf: &ServerConf) {
+    log::info!(
+        "provider connections: up to {} idle kept alive (upstream_keepalive_pool_size {} × {} \
+         thread(s)); a request whose pooled connection was already closed is resent up to {} \
+         time(s) (max_retries)",
+        upstream.pool_size,
+        conf.upstream_keepalive_pool_size,
+        conf.threads.max(1),
+        upstream.max_resends
+    );
 }
 
 /// The warning for a `listen` address other clients can reach, if it is one.
@@ -137,7 +154,28 @@ pub fn server_conf(opt: &Opt) -> Result<ServerConf, String> {
     conf.graceful_shutdown_timeout_seconds
         .get_or_insert(SHUTDOWN_TIMEOUT_SECS);
     conf.merge_with_opt(opt);
+    check_bind_addresses(&conf)?;
     Ok(conf)
+}
+
+/// Refuses source addresses for provider connections that are not IP addresses of their
+/// family (Pingora's connector would panic on them at start).
+fn check_bind_addresses(conf: &ServerConf) -> Result<(), String> {
+    for v4 in &conf.client_bind_to_ipv4 {
+        if v4.parse::<std::net::Ipv4Addr>().is_err() {
+            return Err(format!(
+                "client_bind_to_ipv4: `{v4}` is not an IPv4 address"
+            ));
+        }
+    }
+    for v6 in &conf.client_bind_to_ipv6 {
+        if v6.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!(
+                "client_bind_to_ipv6: `{v6}` is not an IPv6 address"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The server config sturnus uses without `-c`: Pingora's defaults with short grace periods and
@@ -206,6 +244,35 @@ mod tests {
         assert_eq!(
             conf.fast_timeout_to_tokio_threshold_seconds,
             Some(TOKIO_TIMER_ABOVE_SECS)
+        );
+    }
+
+    #[test]
+    fn provider_connection_settings_come_from_the_file() {
+        let path = std::env::temp_dir().join(format!("sturnus-pool-{}.yaml", std::process::id()));
+        std::fs::write(
+            &path,
+            "---\nversion: 1\nthreads: 2\nupstream_keepalive_pool_size: 3\nmax_retries: 1\n\
+             client_bind_to_ipv4: [\"127.0.0.1\"]\n",
+        )
+        .unwrap();
+        let conf = server_conf(&opt(path.to_str())).unwrap();
+        std::fs::remove_file(&path).ok();
+        let upstream = crate::app::Upstream::from_server_conf(&conf);
+        assert_eq!((upstream.pool_size, upstream.max_resends), (6, 1));
+        let defaults = crate::app::Upstream::from_server_conf(&server_conf(&opt(None)).unwrap());
+        assert_eq!(defaults.pool_size, 128);
+    }
+
+    #[test]
+    fn a_source_address_that_is_not_an_ip_is_refused() {
+        let path = std::env::temp_dir().join(format!("sturnus-bind-{}.yaml", std::process::id()));
+        std::fs::write(&path, "---\nversion: 1\nclient_bind_to_ipv4: [\"eth0\"]\n").unwrap();
+        let err = server_conf(&opt(path.to_str())).unwrap_err();
+        std::fs::remove_file(&path).ok();
+        assert!(
+            err.contains("client_bind_to_ipv4") && err.contains("eth0"),
+            "{err}"
         );
     }
 

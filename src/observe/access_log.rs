@@ -21,8 +21,10 @@ pub enum Verdict {
     /// A transport failure, a provider failure status (5xx, 408, 429, 401, 403) or an error
     /// sturnus could not avoid (503 credentials, 502/504).
     Failure,
-    /// The client's fault: a 4xx answer, or the client went away.
+    /// The client's fault: a 4xx answer, or the client went away before it was routed.
     ClientError,
+    /// The client closed its connection while the provider was answering (logged as 499).
+    ClientClosed,
 }
 
 impl Verdict {
@@ -32,6 +34,7 @@ impl Verdict {
             Verdict::Success => "success",
             Verdict::Failure => "failure",
             Verdict::ClientError => "client_error",
+            Verdict::ClientClosed => "client_closed",
         }
     }
 }

@@ -34,6 +34,11 @@ pub const ERROR_KINDS: [ErrorKind; 6] = [
     ErrorKind::Reset,
 ];
 
+/// The `kind` of `sturnus_errors_total` counting requests whose client closed its connection
+/// while the provider was answering (not a provider failure: kept out of [`ERROR_KINDS`] and of
+/// the routing statistics).
+pub const CLIENT_CLOSED: &str = "client_closed";
+
 /// The `status_code` value every series is pre-created with.
 const PRECREATED_STATUS: &str = "200";
 
@@ -76,6 +81,7 @@ pub struct CandidateSeries {
     ttfc: [Histogram; 2],
     latency: [Histogram; 2],
     errors: [IntCounter; ERROR_KINDS.len()],
+    client_closed: IntCounter,
     inflight: IntGauge,
     share: Gauge,
 }
@@ -122,7 +128,8 @@ impl Metrics {
         let errors = IntCounterVec::new(
             Opts::new(
                 "sturnus_errors_total",
-                "Transport failures that produced no provider response, by kind.",
+                "Requests that ended without a complete provider response, by kind: transport \
+                 failures, or client_closed when the client left first.",
             ),
             &[CANDIDATE_LABELS.as_slice(), &["kind"]].concat(),
         )?;
@@ -196,6 +203,7 @@ impl Metrics {
                         ttfc: by_mode(&ttfc),
                         latency: by_mode(&latency),
                         errors: ERROR_KINDS.map(|k| errors.with_label_values(&l(k.as_str()))),
+                        client_closed: errors.with_label_values(&l(CLIENT_CLOSED)),
                         inflight: inflight.with_label_values(&base),
                         share: share.with_label_values(&base),
                         labels: labels.clone(),
@@ -335,6 +343,15 @@ impl Tracked {
     }
 }
 
+impl Tracked {
+    /// Counts a request whose client closed its connection before the answer was complete.
+    pub fn client_closed(&self) {
+        if let Some(s) = &self.series {
+            s.client_closed.inc();
+        }
+    }
+}
+
 impl Drop for Tracked {
     fn drop(&mut self) {
         if let Some(s) = &self.series {
@@ -371,7 +388,15 @@ solo = [{ provider = "b", model = "m2" }]
         let c = catalog();
         let m = Metrics::new(&c).unwrap();
         let t = text(&m, &c);
-        for kind in ["connect", "timeout", "tls", "dns", "auth", "reset"] {
+        for kind in [
+            "connect",
+            "timeout",
+            "tls",
+            "dns",
+            "auth",
+            "reset",
+            "client_closed",
+        ] {
             let line = format!(
                 "sturnus_errors_total{{alias=\"solo\",kind=\"{kind}\",model=\"m2\",provider=\"b\"}} 0"
             );

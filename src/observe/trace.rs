@@ -14,16 +14,12 @@ pub const TRACEPARENT: &str = "traceparent";
 pub const TRACESTATE: &str = "tracestate";
 /// Request and response header carrying the request's id.
 pub const REQUEST_ID: &str = "x-request-id";
-/// Response header keeping the provider's own `x-request-id` when sturnus replaces it.
-pub const UPSTREAM_REQUEST_ID: &str = "x-upstream-request-id";
 /// [`TRACEPARENT`] as a header name, for inserting without parsing the name each time.
 pub static TRACEPARENT_NAME: HeaderName = HeaderName::from_static(TRACEPARENT);
 /// [`TRACESTATE`] as a header name.
 pub static TRACESTATE_NAME: HeaderName = HeaderName::from_static(TRACESTATE);
 /// [`REQUEST_ID`] as a header name.
 pub static REQUEST_ID_NAME: HeaderName = HeaderName::from_static(REQUEST_ID);
-/// [`UPSTREAM_REQUEST_ID`] as a header name.
-pub static UPSTREAM_REQUEST_ID_NAME: HeaderName = HeaderName::from_static(UPSTREAM_REQUEST_ID);
 
 /// Longest client-supplied `x-request-id` sturnus keeps (longer ones are replaced).
 const MAX_REQUEST_ID: usize = 128;

@@ -53,6 +53,8 @@ pub struct RequestCtx {
     pub status: Option<u16>,
     /// A transport failure already classified (credentials, DNS).
     pub failure: Option<ErrorKind>,
+    /// The client closed its connection before the answer was complete (logged as 499).
+    pub client_closed: bool,
     /// Response body bytes relayed to the client.
     pub response_bytes: u64,
     /// Request body bytes received from the client.
@@ -77,6 +79,7 @@ impl RequestCtx {
             upstream_request_id: None,
             status: None,
             failure: None,
+            client_closed: false,
             response_bytes: 0,
             request_bytes: 0,
             reservation: None,

@@ -1,5 +1,6 @@
 //! Forwarding a routed request: the spliced body to the chosen provider over Pingora's pooled
-//! connector, and the provider's answer back to the client chunk by chunk.
+//! connector, and the provider's answer back to the client chunk by chunk, while the client is
+//! watched for leaving ([`ClientWatch`]).
 //!
 //! Every routed request goes this way, called from `request_filter` once the body is read and
 //! spliced, instead of through Pingora's `proxy_to_upstream`. With the body already in hand
@@ -7,9 +8,11 @@
 //! writes (header, then the whole body), the answer in one when it is not streamed, and no
 //! channel or second task sits between client and provider. On the benchmark's 1 KB chat
 //! request this takes as many instructions as Pingora's bare pass-through, where replaying
-//! the body through Pingora's hooks took 17 % more (`bench/results/profile.md`, seventh
-//! session).
+//! the body through Pingora's hooks took 17 % more (`bench/results/profile.md`).
+//!
+//! Which Pingora phase each function here stands in for is mapped in `docs/architecture.md`.
 
+use super::client_watch::{client_left, ClientWatch};
 use super::ctx::RequestCtx;
 use super::{relay, upstream_request};
 use crate::app::App;
@@ -18,21 +21,20 @@ use pingora::http::RequestHeader;
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::HttpTask;
 use pingora_core::upstreams::peer::HttpPeer;
-use pingora_core::{Error, ErrorType, Result, RetryType};
+use pingora_core::{Error, ErrorSource, ErrorType, Result, RetryType};
 use pingora_proxy::Session;
 use std::future::Future;
+use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 /// How long an idle pooled provider connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How many times one request is resent because the pooled connection it went out on had
-/// already been closed by the provider (each resend takes the next connection).
-const MAX_STALE_RESENDS: usize = 3;
-
 /// Sends the spliced request upstream and relays the response chunk by chunk.
-/// Errors carry their side (upstream or downstream) so `fail_to_proxy` answers correctly.
+/// Errors carry their side (upstream or downstream) so `fail_to_proxy` answers correctly; a
+/// client that leaves (noticed by the watch, or by a failed write) ends the request at once and
+/// drops the provider connection, which is then never reused.
 pub async fn forward(
     session: &mut Session,
     app: &App,
@@ -40,14 +42,38 @@ pub async fn forward(
     body: Vec<Bytes>,
     peer: Box<HttpPeer>,
 ) -> Result<()> {
-    let mut upstream = send(session, app, ctx, &body, &peer).await?;
+    let gone = ClientWatch::new(session).gone();
+    tokio::pin!(gone);
+    let forwarded = forward_watched(session, app, ctx, body, peer, gone).await;
+    if let Err(e) = &forwarded {
+        ctx.client_closed = e.esource() == &ErrorSource::Downstream;
+    }
+    forwarded
+}
+
+/// [`forward`], with `gone` completing when the client has left.
+async fn forward_watched(
+    session: &mut Session,
+    app: &App,
+    ctx: &mut RequestCtx,
+    body: Vec<Bytes>,
+    peer: Box<HttpPeer>,
+    mut gone: Pin<&mut impl Future<Output = ()>>,
+) -> Result<()> {
+    let sent = tokio::select! {
+        biased;
+        sent = send(session, app, ctx, &body, &peer) => sent,
+        () = gone.as_mut() => Err(client_left()),
+    };
+    let mut upstream = sent?;
     // The provider has answered, so the body will not be resent: its memory goes back now.
     drop(body);
     ctx.reservation = None;
-    relay_response(session, app, ctx, &mut upstream).await?;
+    relay_response(session, app, ctx, &mut upstream, gone).await?;
     // Always HTTP/1.1 (see `connect`): back to the pool.
     if let HttpSession::H1(h1) = upstream {
-        app.connector
+        app.upstream()
+            .connector
             .release_http_session(h1, &*peer, Some(IDLE_TIMEOUT))
             .await;
     }
@@ -55,15 +81,17 @@ pub async fn forward(
 }
 
 /// A connection to the provider: a pooled one when there is one, else a new one (`true` when
-/// it came from the pool).
+/// it came from the pool). A failure to connect is not retried (Pingora's `fail_to_connect`
+/// is not consulted): the request fails with a 502 or 504.
 async fn connect(app: &App, peer: &HttpPeer) -> Result<(HttpSession, bool)> {
-    if let Some(pooled) = app.connector.reused_http_session(peer).await {
+    let connector = &app.upstream().connector;
+    if let Some(pooled) = connector.reused_http_session(peer).await {
         return Ok((HttpSession::H1(pooled), true));
     }
     // Boxed: opening a connection (TCP, TLS) is a ≈ 9 KB future. Inline, it would make every
     // request's future that much larger, and each request's future is copied into its box
-    // (`bench/results/profile.md`, seventh session); most requests take a pooled connection.
-    let (new, reused) = Box::pin(app.connector.get_http_session(peer))
+    // (`bench/results/profile.md`); most requests take a pooled connection.
+    let (new, reused) = Box::pin(connector.get_http_session(peer))
         .await
         .map_err(|e| e.into_up())?;
     Ok((HttpSession::H1(new), reused))
@@ -71,7 +99,8 @@ async fn connect(app: &App, peer: &HttpPeer) -> Result<(HttpSession, bool)> {
 
 /// Sends the request and reads the response header. The only resend: a pooled connection the
 /// provider had already closed, found dead before anything was received (the same candidate,
-/// the same bytes, on the next connection; at most [`MAX_STALE_RESENDS`] times).
+/// the same bytes, on the next connection; at most `max_retries` times, see
+/// [`error_while_proxy`]).
 async fn send(
     session: &Session,
     app: &App,
@@ -88,7 +117,7 @@ async fn send(
         relay::request_sent(ctx);
         match exchange(&mut upstream, header, body).await {
             Ok(()) => return Ok(upstream),
-            Err(e) if reused && closed_before_answer(&e) && resends < MAX_STALE_RESENDS => {
+            Err(e) if error_while_proxy(&e, reused) && resends < app.upstream().max_resends => {
                 log::debug!("pooled connection to {peer} was closed ({e}); resending");
                 resends += 1;
             }
@@ -103,7 +132,7 @@ fn upstream_header(session: &Session, ctx: &mut RequestCtx) -> Result<Box<Reques
         return Error::e_explain(ErrorType::InternalError, "forwarding without a route");
     };
     let mut req = session.req_header().clone();
-    let prepared = upstream_request::prepare(
+    let prepared = upstream_request::upstream_request_filter(
         &mut req,
         &route.candidate.provider,
         &route.path_and_query,
@@ -132,10 +161,12 @@ async fn exchange(
     upstream.read_response_header().await
 }
 
-/// Whether an exchange failed because the connection was closed before any answer began:
-/// Pingora's HTTP/1 client marks those errors as safe to resend on a reused connection.
-fn closed_before_answer(e: &Error) -> bool {
-    matches!(e.retry, RetryType::ReusedOnly | RetryType::Decided(true))
+/// sturnus's `error_while_proxy`: whether an exchange may be resent, as Pingora's hook decides
+/// for its own proxy loop. Only when it went out on a pooled connection and failed because that
+/// connection was closed before any answer began (Pingora's HTTP/1 client marks those errors
+/// as safe to resend on a reused connection).
+fn error_while_proxy(e: &Error, reused: bool) -> bool {
+    reused && matches!(e.retry, RetryType::ReusedOnly | RetryType::Decided(true))
 }
 
 /// Sends the provider's response header (with sturnus's headers) and relays its body. Each
@@ -147,19 +178,24 @@ async fn relay_response(
     app: &App,
     ctx: &mut RequestCtx,
     upstream: &mut HttpSession,
+    mut gone: Pin<&mut impl Future<Output = ()>>,
 ) -> Result<()> {
     let mut response = match upstream.response_header() {
         Some(h) => h.clone(),
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),
     };
-    relay::response_header(&mut response, ctx);
+    relay::response_filter(&mut response, ctx);
     // The header goes out at once, with whatever body has already arrived.
     let mut tasks = vec![HttpTask::Header(Box::new(response), false)];
     loop {
         let mut batch = Batch::default();
         let mut outcome = Ok(false);
         if tasks.is_empty() {
-            let chunk = upstream.read_response_body().await;
+            let chunk = tokio::select! {
+                biased;
+                chunk = upstream.read_response_body() => chunk,
+                () = gone.as_mut() => return Err(client_left()),
+            };
             outcome = batch.take(chunk, upstream, &mut tasks, ctx, app);
         }
         while matches!(outcome, Ok(false)) && batch.has_room() {
@@ -212,7 +248,7 @@ impl Batch {
         let chunk = chunk.map_err(|e| e.into_up())?;
         let end = chunk.is_none() || upstream.response_done();
         let len = chunk.as_ref().map_or(0, |c| c.len());
-        relay::body_chunk(len, end, ctx, &app.catalog.params);
+        relay::response_body_filter(len, end, ctx, &app.catalog.params);
         self.chunks += 1;
         self.bytes += len;
         tasks.push(HttpTask::Body(chunk, end));
@@ -241,14 +277,15 @@ mod tests {
     }
 
     #[test]
-    fn only_errors_marked_safe_to_resend_are_resent() {
+    fn only_errors_marked_safe_to_resend_on_a_pooled_connection_are_resent() {
         let mut closed = Error::new(ErrorType::ConnectionClosed);
         closed.retry = RetryType::ReusedOnly;
-        assert!(closed_before_answer(&closed));
+        assert!(error_while_proxy(&closed, true));
+        assert!(!error_while_proxy(&closed, false));
         let timed_out = Error::new(ErrorType::ReadTimedout);
-        assert!(!closed_before_answer(&timed_out));
+        assert!(!error_while_proxy(&timed_out, true));
         let mut refused = Error::new(ErrorType::ConnectRefused);
         refused.retry = RetryType::Decided(false);
-        assert!(!closed_before_answer(&refused));
+        assert!(!error_while_proxy(&refused, true));
     }
 }

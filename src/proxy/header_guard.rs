@@ -60,8 +60,9 @@ impl<A> HeaderGuard<A> {
 /// What reading one request header came to.
 #[derive(Debug)]
 enum Head {
-    /// A complete, acceptable header (possibly followed by body bytes already read).
-    Ready(BytesMut),
+    /// A complete, acceptable header (possibly followed by body bytes already read), and where
+    /// the request ends in those bytes, when its framing says.
+    Ready(BytesMut, Option<usize>),
     /// The client closed, went idle between requests, or the server is shutting down.
     Gone,
     /// Refused: answer this and close.
@@ -80,11 +81,16 @@ where
     ) -> Option<Stream> {
         let mut settings = None;
         let mut fresh = true;
+        // Bytes received after the previous request: the start of a pipelined next one.
+        let mut carried = BytesMut::new();
         loop {
             let closing = self.closing.subscribe();
-            let head = read_head(&mut stream, fresh, self.timeout, closing).await;
+            let head = read_head(&mut stream, carried, fresh, self.timeout, closing).await;
             let prefix = match head {
-                Head::Ready(prefix) => prefix,
+                Head::Ready(mut prefix, request_end) => {
+                    carried = split_off_next(&mut prefix, request_end);
+                    prefix
+                }
                 Head::Gone => return None,
                 Head::Refused(err) => {
                     log::debug!("refused a request header: {}", err.message);
@@ -126,17 +132,47 @@ where
     }
 }
 
-/// Reads one request header. On a reused connection the wait for its first byte is the
-/// keep-alive idle time (silently closed when it passes, or when `closing` flips); the header
-/// deadline runs from that first byte, or from the accept on a new connection.
+/// Answers a request whose body has no length (`Transfer-Encoding`) with `Connection: close`.
+/// Pingora reads such a body in blocks that can run past its end into a pipelined next request;
+/// with its pipelining mode off it would then drop those bytes and the connection after a
+/// keep-alive answer, and this guard cannot split them off beforehand as it does for a
+/// `Content-Length` body ([`split_off_next`]).
+pub fn close_after_unsized_body(session: &mut pingora_proxy::Session) {
+    if session
+        .req_header()
+        .headers
+        .contains_key(http::header::TRANSFER_ENCODING)
+    {
+        session.set_keepalive(None);
+    }
+}
+
+/// Splits what follows the request's end (a pipelined next request) off `received`, so that
+/// Pingora is handed exactly one request and never reads past its body. Pingora caps its own
+/// reads of a `Content-Length` body at what is left of it; bytes it held past a body would be
+/// dropped with the connection after a keep-alive answer (with its pipelining mode off), and
+/// with that mode on they would be parsed inside Pingora, unchecked by this guard.
+fn split_off_next(received: &mut BytesMut, request_end: Option<usize>) -> BytesMut {
+    match request_end {
+        Some(end) if end < received.len() => received.split_off(end),
+        _ => BytesMut::new(),
+    }
+}
+
+/// Reads one request header, starting from `carried` (bytes of it already received). On a
+/// reused connection with nothing carried, the wait for its first byte is the keep-alive idle
+/// time (silently closed when it passes, or when `closing` flips); the header deadline runs
+/// from that first byte, or from the accept on a new connection.
 async fn read_head(
     stream: &mut Stream,
+    carried: BytesMut,
     fresh: bool,
     timeout: Duration,
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) -> Head {
-    let mut buf = BytesMut::with_capacity(4096);
-    if !fresh {
+    let mut buf = carried;
+    buf.reserve(4096);
+    if !fresh && buf.is_empty() {
         let first = tokio::select! {
             biased;
             r = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)) => r,
@@ -150,7 +186,7 @@ async fn read_head(
     let deadline = Instant::now() + timeout;
     loop {
         match examine(&buf) {
-            Examined::Complete => return Head::Ready(buf),
+            Examined::Complete(framing) => return Head::Ready(buf, framing.request_end()),
             Examined::Refuse(err) => return Head::Refused(err),
             Examined::Partial => {}
         }
@@ -172,7 +208,7 @@ async fn read_head(
 #[derive(Debug)]
 enum Examined {
     /// The header is complete and acceptable.
-    Complete,
+    Complete(Framing),
     /// More bytes are needed.
     Partial,
     /// The header is unacceptable.
@@ -195,7 +231,7 @@ fn examine(buf: &[u8]) -> Examined {
                     (Err(httparse::Error::Token | httparse::Error::Version), _) => {
                         Examined::Refuse(ApiError::malformed_http("invalid request line"))
                     }
-                    other => verdict(other),
+                    other => verdict(other).unescaped(escaped.len() - buf.len()),
                 },
                 None => Examined::Refuse(ApiError::malformed_http("invalid request line")),
             }
@@ -208,9 +244,50 @@ fn examine(buf: &[u8]) -> Examined {
 /// one (8 KiB) would be initialised for every request.
 const USUAL_HEADERS: usize = 32;
 
-/// What httparse made of the bytes, and whether the header names both `Content-Length` and
-/// `Transfer-Encoding`.
-type Parsed = (httparse::Result<usize>, bool);
+/// What httparse made of the bytes, and how the request's body is framed.
+type Parsed = (httparse::Result<usize>, BodyFraming);
+
+/// How a request's body is delimited, as its header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFraming {
+    /// `Content-Length: n` (every such header agreeing), or no body at all (`n` = 0).
+    Length(u64),
+    /// `Transfer-Encoding` (a chunked body), or a `Content-Length` that is not one number.
+    Unsized,
+    /// Both `Content-Length` and `Transfer-Encoding`: refused.
+    Both,
+}
+
+/// A complete header: where it ends in the received bytes, and how its body is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Framing {
+    header_end: usize,
+    body: BodyFraming,
+}
+
+impl Framing {
+    /// Where the request ends in the received bytes, when its body has a length.
+    fn request_end(self) -> Option<usize> {
+        match self.body {
+            BodyFraming::Length(n) => usize::try_from(n).ok()?.checked_add(self.header_end),
+            BodyFraming::Unsized | BodyFraming::Both => None,
+        }
+    }
+}
+
+impl Examined {
+    /// The verdict on the original bytes, for a verdict reached on a copy whose request line
+    /// was `grown` bytes longer (escaped).
+    fn unescaped(self, grown: usize) -> Examined {
+        match self {
+            Examined::Complete(f) => Examined::Complete(Framing {
+                header_end: f.header_end - grown,
+                ..f
+            }),
+            other => other,
+        }
+    }
+}
 
 /// Runs httparse over `buf` the way Pingora does (default settings, Pingora's header count).
 fn parse(buf: &[u8]) -> Parsed {
@@ -221,20 +298,37 @@ fn parse(buf: &[u8]) -> Parsed {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut req = httparse::Request::new(&mut headers);
             let result = req.parse(buf);
-            (result, both_framings(req.headers))
+            (result, body_framing(req.headers))
         }
-        other => (other, both_framings(req.headers)),
+        other => (other, body_framing(req.headers)),
     }
 }
 
-/// Whether the parsed header lines carry both framings (names compared case-insensitively).
-fn both_framings(headers: &[httparse::Header]) -> bool {
-    let has = |name: &str| headers.iter().any(|h| h.name.eq_ignore_ascii_case(name));
-    has("content-length") && has("transfer-encoding")
+/// How the parsed header lines frame the body (names compared case-insensitively).
+fn body_framing(headers: &[httparse::Header]) -> BodyFraming {
+    let named = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+    };
+    let chunked = named("transfer-encoding").next().is_some();
+    let mut lengths = named("content-length").map(|h| {
+        std::str::from_utf8(h.value)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    });
+    let first = lengths.next();
+    match (chunked, first) {
+        (true, Some(_)) => BodyFraming::Both,
+        (true, None) => BodyFraming::Unsized,
+        (false, None) => BodyFraming::Length(0),
+        (false, Some(Some(n))) if lengths.all(|l| l == Some(n)) => BodyFraming::Length(n),
+        (false, Some(_)) => BodyFraming::Unsized,
+    }
 }
 
 /// The verdict for one parse of a header.
-fn verdict((parsed, both_framings): Parsed) -> Examined {
+fn verdict((parsed, body): Parsed) -> Examined {
     let end = match parsed {
         Ok(httparse::Status::Complete(end)) => end,
         Ok(httparse::Status::Partial) => return Examined::Partial,
@@ -248,12 +342,15 @@ fn verdict((parsed, both_framings): Parsed) -> Examined {
         let detail = format!("more than {MAX_HEADER_BYTES} bytes");
         return Examined::Refuse(ApiError::headers_too_large(&detail));
     }
-    if both_framings {
+    if body == BodyFraming::Both {
         return Examined::Refuse(ApiError::malformed_http(
             "both Content-Length and Transfer-Encoding are present",
         ));
     }
-    Examined::Complete
+    Examined::Complete(Framing {
+        header_end: end,
+        body,
+    })
 }
 
 /// Pingora's rescue of a request line with illegal target bytes: when the line reads
@@ -318,7 +415,7 @@ mod tests {
 
     fn check(text: &[u8]) -> Result<bool, u16> {
         match examine(text) {
-            Examined::Complete => Ok(true),
+            Examined::Complete(_) => Ok(true),
             Examined::Partial => Ok(false),
             Examined::Refuse(e) => Err(e.status),
         }
@@ -339,6 +436,44 @@ mod tests {
             check(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"),
             Ok(true)
         );
+    }
+
+    fn framing(text: &[u8]) -> Framing {
+        match examine(text) {
+            Examined::Complete(f) => f,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_end_of_a_request_is_found_so_a_pipelined_next_one_is_split_off() {
+        let first = b"POST /v1/embeddings HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
+        let second = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        let mut received = BytesMut::from(&[&first[..], &second[..]].concat()[..]);
+        let end = framing(&received).request_end();
+        assert_eq!(end, Some(first.len()));
+        let next = split_off_next(&mut received, end);
+        assert_eq!((&received[..], &next[..]), (&first[..], &second[..]));
+        assert_eq!(framing(&next).request_end(), Some(second.len()));
+        // A body not yet complete: nothing to split off.
+        let mut partial = BytesMut::from(&first[..first.len() - 1]);
+        assert!(split_off_next(&mut partial, end).is_empty());
+        // An escaped request line still ends where the original bytes say.
+        let odd = b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(framing(odd).request_end(), Some(odd.len()));
+    }
+
+    #[test]
+    fn bodies_without_one_length_have_no_known_end() {
+        let chunked = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(framing(chunked).body, BodyFraming::Unsized);
+        assert_eq!(framing(chunked).request_end(), None);
+        let disagree = b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(framing(disagree).request_end(), None);
+        let agree = b"POST / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\n";
+        assert_eq!(framing(agree).body, BodyFraming::Length(2));
+        let none = b"GET / HTTP/1.1\r\n\r\n";
+        assert_eq!(framing(none).body, BodyFraming::Length(0));
     }
 
     #[test]

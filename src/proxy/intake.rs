@@ -1,4 +1,6 @@
 //! From an incoming request to a routing decision: path check, body, alias, candidate, splice.
+//! Pingora's `upstream_peer` and `request_body_filter` phases are not reached for routed
+//! requests; [`admit`] does their work, through [`upstream_peer`] and [`request_body_filter`].
 
 use super::body_intake::{self, BodyLimits};
 use super::ctx::{RequestCtx, Route};
@@ -6,7 +8,8 @@ use super::errors::ApiError;
 use super::respond;
 use crate::app::App;
 use crate::body;
-use crate::routing::Mode;
+use crate::providers::Provider;
+use crate::routing::{ErrorKind, Mode};
 use bytes::Bytes;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::Result;
@@ -136,29 +139,46 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         body_len: spliced_len,
     });
 
-    if let Err(why) = provider.credential_ready().await {
-        ctx.failure = Some(crate::routing::ErrorKind::Auth);
-        let err = ApiError::credential_unavailable(&provider.name, &why.0);
-        respond::error(session, &ctx.request_id, &err, true).await?;
-        return Ok(Admission::Answered);
-    }
-    let peer = match provider.peer(&app.peer_settings).await {
-        Ok(peer) => Box::new(peer),
-        Err(why) => {
-            ctx.failure = Some(crate::routing::ErrorKind::Dns);
-            let err = ApiError::upstream(&provider.name, crate::routing::ErrorKind::Dns, &why);
+    let peer = match upstream_peer(&provider, app, ctx).await {
+        Ok(peer) => peer,
+        Err(err) => {
             respond::error(session, &ctx.request_id, &err, true).await?;
             return Ok(Admission::Answered);
         }
     };
-    let body = if whole.bytes.len() <= ONE_BUFFER_MAX {
-        vec![Bytes::from(
-            inspected.splice(&whole.bytes, &candidate.model),
-        )]
-    } else {
-        inspected.splice_parts(&whole.bytes, &candidate.model)
-    };
+    let body = request_body_filter(&inspected, &whole.bytes, &candidate.model);
     Ok(Admission::Forward { body, peer })
+}
+
+/// sturnus's `upstream_peer`: the chosen candidate's provider as a Pingora peer, once its
+/// credential can authorize the request; the answer to send (503, 502) when it cannot.
+async fn upstream_peer(
+    provider: &Provider,
+    app: &App,
+    ctx: &mut RequestCtx,
+) -> std::result::Result<Box<HttpPeer>, ApiError> {
+    if let Err(why) = provider.credential_ready().await {
+        ctx.failure = Some(ErrorKind::Auth);
+        return Err(ApiError::credential_unavailable(&provider.name, &why.0));
+    }
+    match provider.peer(&app.peer_settings).await {
+        Ok(peer) => Ok(Box::new(peer)),
+        Err(why) => {
+            ctx.failure = Some(ErrorKind::Dns);
+            Err(ApiError::upstream(&provider.name, ErrorKind::Dns, &why))
+        }
+    }
+}
+
+/// sturnus's `request_body_filter`: the body the provider receives, the client's with the
+/// candidate's model spliced in: one buffer up to [`ONE_BUFFER_MAX`], else pieces sharing the
+/// received body's memory.
+fn request_body_filter(inspected: &body::Inspected, received: &Bytes, model: &str) -> Vec<Bytes> {
+    if received.len() <= ONE_BUFFER_MAX {
+        vec![Bytes::from(inspected.splice(received, model))]
+    } else {
+        inspected.splice_parts(received, model)
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,12 @@
 //! The Pingora request path. Each hook is a line or two that hands off to the room owning the
-//! concern, so this impl reads as the request's table of contents.
+//! concern, so this impl reads as the request's table of contents. Routed requests are
+//! forwarded from `request_filter`; the functions standing in for the phases after it carry
+//! the phases' names (`intake::upstream_peer`, `upstream_request::upstream_request_filter`,
+//! `intake::request_body_filter`, `relay::response_filter`, `relay::response_body_filter`,
+//! `forward::error_while_proxy`): the map is in `docs/architecture.md`.
 
 pub mod body_intake;
+mod client_watch;
 pub mod ctx;
 pub mod errors;
 mod failure;
@@ -46,6 +51,7 @@ impl ProxyHttp for Sturnus {
     /// every request is answered here, so Pingora's own upstream hooks never run.
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         ctx.identify(session.req_header());
+        header_guard::close_after_unsized_body(session);
         if admin::serve(session, &self.app, &ctx.request_id).await? {
             return Ok(true);
         }
@@ -55,7 +61,8 @@ impl ProxyHttp for Sturnus {
         Ok(true)
     }
 
-    /// Not reached: `request_filter` forwards (or answers) every request itself.
+    /// Not reached: `request_filter` forwards (or answers) every request itself, with the peer
+    /// from `intake::upstream_peer`.
     async fn upstream_peer(&self, _: &mut Session, _: &mut RequestCtx) -> Result<Box<HttpPeer>> {
         Error::e_explain(
             ErrorType::InternalError,

@@ -1,7 +1,9 @@
 //! The provider's response on its way back: sturnus headers, TTFC timing, outcome accounting,
 //! metrics and the access log.
 //!
-//! Called by `forward.rs` for answers and by the `logging` hook for every request, answered or not.
+//! [`response_filter`] and [`response_body_filter`] stand in for Pingora's phases of the same
+//! names (called by `forward.rs` for each answer); [`finish`] is what the `logging` hook does
+//! for every request, answered or not.
 
 use super::ctx::RequestCtx;
 use super::errors;
@@ -58,19 +60,24 @@ fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
     }
 }
 
-/// Notes the provider's status and adds the sturnus headers to its response. The provider's
-/// own `x-request-id` moves to `x-upstream-request-id`; `x-request-id` is sturnus's.
+/// sturnus's `response_filter`: notes the provider's status and adds sturnus's headers to its
+/// response. Every header the provider sent reaches the client with its value unchanged, except
+/// its hop-by-hop ones (`Keep-Alive`, `Proxy-Connection` and those its `Connection` names;
+/// Pingora's server writes `Connection` and `Date` itself, as for any proxied answer).
+/// sturnus adds [`AFFINITY_HEADER`] and [`PROVIDER_HEADER`], and `x-request-id` (its own) only
+/// when the provider sent none; the provider's id is kept for the access log.
 ///
 /// Like the upstream request, the header map is edited outside Pingora's [`ResponseHeader`]
-/// (see `upstream_request::prepare`): names reach the client in canonical case, and the status
-/// line carries the standard reason phrase.
-pub fn response_header(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
+/// (see `upstream_request::upstream_request_filter`): names reach the client in canonical case,
+/// and the status line carries the standard reason phrase.
+pub fn response_filter(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
     ctx.status = Some(resp.status.as_u16());
     honour_retry_after(resp, ctx);
     let empty = ResponseHeader::from(http::Response::new(()).into_parts().0);
     let mut parts: http::response::Parts = std::mem::replace(resp, empty).into();
     let headers = &mut parts.headers;
-    headers.reserve(4);
+    remove_hop_by_hop(headers);
+    headers.reserve(3);
     if let Some(route) = &ctx.route {
         let (affinity, provider) = &route.candidate.header_values;
         if let Some(value) = affinity {
@@ -80,22 +87,56 @@ pub fn response_header(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
             headers.insert(PROVIDER_NAME.clone(), value.clone());
         }
     }
-    if let Some(theirs) = headers.get(&trace::REQUEST_ID_NAME).cloned() {
-        if theirs.as_bytes() != ctx.request_id.as_bytes() {
+    match headers.get(&trace::REQUEST_ID_NAME) {
+        Some(theirs) => {
             if trace::is_safe_id(theirs.as_bytes()) {
                 ctx.upstream_request_id = Some(String::from_utf8_lossy(theirs.as_bytes()).into());
             }
-            headers.insert(trace::UPSTREAM_REQUEST_ID_NAME.clone(), theirs);
         }
-    }
-    if let Ok(id) = http::HeaderValue::from_str(&ctx.request_id) {
-        headers.insert(trace::REQUEST_ID_NAME.clone(), id);
+        None => {
+            if let Ok(id) = http::HeaderValue::from_str(&ctx.request_id) {
+                headers.insert(trace::REQUEST_ID_NAME.clone(), id);
+            }
+        }
     }
     *resp = ResponseHeader::from(parts);
 }
 
-/// Accounts one response body chunk; the first one (or the end of an empty body) is the TTFC.
-pub fn body_chunk(len: usize, end_of_stream: bool, ctx: &mut RequestCtx, params: &RoutingParams) {
+/// Removes the provider's hop-by-hop headers: `Keep-Alive`, `Proxy-Connection` and the ones its
+/// `Connection` header names (`Connection` itself is rewritten by Pingora; the framing headers
+/// stay, Pingora frames the body to the client from them).
+fn remove_hop_by_hop(headers: &mut http::HeaderMap) {
+    let named: Vec<http::HeaderName> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| http::HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !FRAMING.contains(n))
+        .collect();
+    for name in named.iter().chain(&[KEEP_ALIVE, PROXY_CONNECTION]) {
+        headers.remove(name);
+    }
+}
+
+/// `Keep-Alive`, a hop-by-hop header.
+const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
+/// `Proxy-Connection`, a hop-by-hop header.
+const PROXY_CONNECTION: http::HeaderName = http::HeaderName::from_static("proxy-connection");
+/// Headers that frame the body: never removed, even when `Connection` names them.
+const FRAMING: [http::HeaderName; 2] = [
+    http::header::CONTENT_LENGTH,
+    http::header::TRANSFER_ENCODING,
+];
+
+/// sturnus's `response_body_filter`: accounts one response body chunk; the first one (or the
+/// end of an empty body) is the TTFC.
+pub fn response_body_filter(
+    len: usize,
+    end_of_stream: bool,
+    ctx: &mut RequestCtx,
+    params: &RoutingParams,
+) {
     ctx.response_bytes += len as u64;
     let now = Instant::now();
     if end_of_stream && ctx.last_chunk_at.is_none() {
@@ -116,25 +157,51 @@ pub fn body_chunk(len: usize, end_of_stream: bool, ctx: &mut RequestCtx, params:
     }
 }
 
+/// Status logged for a request whose client left before its answer was complete (nginx's
+/// "client closed request").
+pub const CLIENT_CLOSED_STATUS: u16 = 499;
+
 /// Ends a request: its outcome goes into the candidate's success rate and the metrics, once,
-/// and its access line is written.
+/// and its access line is written. A client that left is the provider's fault in no way: such
+/// a request adds nothing to the candidate's statistics and is logged as `499 client_closed`.
 pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, app: &App) {
     ctx.ensure_request_id();
-    let failure = ctx.failure.or_else(|| error.and_then(errors::classify));
-    record_outcome(ctx, failure, &app.catalog.params);
-    record_metrics(ctx, failure, error);
+    let client_closed = ctx.client_closed;
+    let failure = if client_closed {
+        None
+    } else {
+        ctx.failure.or_else(|| error.and_then(errors::classify))
+    };
+    if client_closed {
+        if let Some(route) = &ctx.route {
+            route.metrics.client_closed();
+        }
+    } else {
+        record_outcome(ctx, failure, &app.catalog.params);
+        record_metrics(ctx, failure, error);
+    }
     let header = session.req_header();
-    let status = session
-        .response_written()
-        .map(|h| h.status.as_u16())
-        .or(ctx.status);
+    let status = if client_closed {
+        Some(CLIENT_CLOSED_STATUS)
+    } else {
+        session
+            .response_written()
+            .map(|h| h.status.as_u16())
+            .or(ctx.status)
+    };
     let route = ctx.route.as_ref();
     let verdict = match (failure, status) {
+        _ if client_closed => Verdict::ClientClosed,
         (Some(_), _) => Verdict::Failure,
         _ if error.is_some_and(|e| e.esource() == &ErrorSource::Downstream) => Verdict::ClientError,
         (None, Some(status)) => verdict_of(status),
         (None, None) if error.is_some() => Verdict::Failure,
         (None, None) => Verdict::ClientError,
+    };
+    let error_kind = if client_closed {
+        Some(crate::observe::metrics::CLIENT_CLOSED)
+    } else {
+        failure.map(ErrorKind::as_str)
     };
     let trace_id = ctx.trace.trace_id_hex();
     let span_id = ctx.trace.span_id_hex();
@@ -152,7 +219,7 @@ pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, ap
         stream: route.map(|r| r.mode == crate::routing::Mode::Streaming),
         status,
         outcome: verdict,
-        error_kind: failure.map(ErrorKind::as_str),
+        error_kind,
         ttfc_ms: elapsed(ctx.sent_at, ctx.first_chunk_at).map(millis),
         duration_ms: millis(ctx.received.elapsed().as_secs_f64()),
         request_bytes: ctx.request_bytes.max(session.body_bytes_read() as u64),
@@ -241,15 +308,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sturnus_owns_x_request_id_and_keeps_the_providers_aside() {
+    fn the_providers_x_request_id_reaches_the_client_and_sturnus_fills_in_a_missing_one() {
         let mut ctx = RequestCtx::new();
         ctx.request_id = "ours".into();
         let mut resp = ResponseHeader::build(200, None).unwrap();
         resp.insert_header("x-request-id", "req_provider123")
             .unwrap();
-        response_header(&mut resp, &mut ctx);
-        assert_eq!(resp.headers["x-request-id"], "ours");
-        assert_eq!(resp.headers["x-upstream-request-id"], "req_provider123");
+        resp.insert_header("openai-processing-ms", "17").unwrap();
+        response_filter(&mut resp, &mut ctx);
+        assert_eq!(resp.headers["x-request-id"], "req_provider123");
+        assert_eq!(resp.headers["openai-processing-ms"], "17");
+        assert!(resp.headers.get("x-upstream-request-id").is_none());
         assert_eq!(ctx.upstream_request_id.as_deref(), Some("req_provider123"));
         assert_eq!(ctx.status, Some(200));
 
@@ -258,15 +327,36 @@ mod tests {
         let mut resp = ResponseHeader::build(502, None).unwrap();
         resp.insert_header("x-request-id", "not loggable\t")
             .unwrap();
-        response_header(&mut resp, &mut ctx);
-        assert_eq!(resp.headers["x-request-id"], ctx.request_id.as_str());
-        assert_eq!(resp.headers["x-upstream-request-id"], "not loggable\t");
+        response_filter(&mut resp, &mut ctx);
+        assert_eq!(resp.headers["x-request-id"], "not loggable\t");
         assert_eq!(ctx.upstream_request_id, None);
 
         let mut ctx = RequestCtx::new();
+        ctx.request_id = "ours".into();
         let mut resp = ResponseHeader::build(200, None).unwrap();
-        response_header(&mut resp, &mut ctx);
-        assert!(resp.headers.get("x-upstream-request-id").is_none());
+        response_filter(&mut resp, &mut ctx);
+        assert_eq!(resp.headers["x-request-id"], "ours");
+        assert_eq!(ctx.upstream_request_id, None);
+    }
+
+    #[test]
+    fn hop_by_hop_headers_of_the_provider_stay_behind_and_framing_stays() {
+        let mut ctx = RequestCtx::new();
+        let mut resp = ResponseHeader::build(200, None).unwrap();
+        for (name, value) in [
+            ("connection", "keep-alive, x-hop, content-length"),
+            ("keep-alive", "timeout=5"),
+            ("x-hop", "1"),
+            ("content-length", "2"),
+            ("x-ratelimit-remaining-requests", "99"),
+        ] {
+            resp.append_header(name, value).unwrap();
+        }
+        response_filter(&mut resp, &mut ctx);
+        let h = &resp.headers;
+        assert!(h.get("keep-alive").is_none() && h.get("x-hop").is_none());
+        assert_eq!(h["content-length"], "2");
+        assert_eq!(h["x-ratelimit-remaining-requests"], "99");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The request header a provider receives; one implementation for both forwarding paths.
+//! The request header a provider receives: sturnus's stand-in for Pingora's
+//! `upstream_request_filter` phase.
 
 use crate::observe::trace::{self, TraceContext};
 use crate::providers::{CredentialError, Provider};
@@ -27,20 +28,21 @@ const DROPPED: &[&str] = &[
     "host",
 ];
 
-/// [`DROPPED`] headers that [`prepare`] sets again anyway: replacing them in place is cheaper
-/// than removing and re-inserting.
+/// [`DROPPED`] headers that [`upstream_request_filter`] sets again anyway: replacing them in
+/// place is cheaper than removing and re-inserting.
 const REPLACED: &[&str] = &["content-length", "host"];
 
-/// Rewrites a copy of the client's request header for the provider: path, `Host`, auth,
-/// `Content-Length` of the spliced body, sturnus's `x-request-id`, `traceparent` naming
-/// sturnus's span (`tracestate` only when the caller's trace continues); every other client
-/// header passes through.
+/// sturnus's `upstream_request_filter`: rewrites a copy of the client's request header for
+/// the provider: path, `Host`, auth, `Content-Length` of the spliced body, the request's
+/// `x-request-id` (the client's own when it sent a usable one, else sturnus's), `traceparent`
+/// naming sturnus's span (`tracestate` only when the caller's trace continues); every other
+/// client header passes through.
 ///
 /// The header map is edited directly, outside Pingora's [`RequestHeader`]: its own insert and
 /// remove re-parse each name and keep a second map with the client's spelling of every name,
 /// which cost more than the rest of the rewrite. Names therefore reach the provider in
 /// canonical case (`Content-Type`, `x-custom`), which HTTP treats as the same names.
-pub fn prepare(
+pub fn upstream_request_filter(
     req: &mut RequestHeader,
     provider: &Provider,
     path_and_query: &str,
@@ -157,7 +159,8 @@ mod tests {
             request_id: "req-1",
             trace: &trace,
         };
-        prepare(&mut req, &provider(), "/v1/chat/completions?x=1", 42, &ids).unwrap();
+        upstream_request_filter(&mut req, &provider(), "/v1/chat/completions?x=1", 42, &ids)
+            .unwrap();
         let h = &req.headers;
         assert_eq!(h["authorization"], "Bearer sk-provider");
         assert!(h.get("x-api-key").is_none() && h.get("api-key").is_none());
@@ -190,7 +193,7 @@ mod tests {
                 request_id: "req-2",
                 trace: &trace,
             };
-            prepare(&mut req, &provider(), "/v1/embeddings", 1, &ids).unwrap();
+            upstream_request_filter(&mut req, &provider(), "/v1/embeddings", 1, &ids).unwrap();
             let h = &req.headers;
             assert_eq!(h.get_all("traceparent").iter().count(), 1);
             assert_eq!(h["traceparent"], trace.traceparent().as_str());

@@ -26,6 +26,8 @@ const GARBAGE: &[u8] = b"\x00\xffSIMULATED GARBAGE \x1b[0m not http at all\r\n\r
 const HALF_STATUS_LINE: &[u8] = b"HTTP/1.1 20";
 /// Size of one write of a huge or endless answer.
 const BLOCK: usize = 64 * 1024;
+/// The header a 429 answer adds.
+const RETRY_AFTER: &[u8] = b"retry-after: 1\r\n";
 /// How long a graceful close waits for the peer to finish sending.
 const LINGER: Duration = Duration::from_millis(500);
 
@@ -49,6 +51,7 @@ pub(crate) async fn serve_until_done(stream: TcpStream, shared: &Shared) {
         buf: BytesMut::with_capacity(8 * 1024),
         out: Vec::with_capacity(4 * 1024),
         scratch: Vec::with_capacity(4 * 1024),
+        headers: Vec::with_capacity(256),
         shared,
     };
     match conn.run().await {
@@ -102,6 +105,8 @@ struct Connection<'s> {
     out: Vec<u8>,
     /// Room to render a body or event before framing it into `out`.
     scratch: Vec<u8>,
+    /// The current request's extra response headers (`x-sim-provider` and any set by a test).
+    headers: Vec<u8>,
     shared: &'s Shared,
 }
 
@@ -113,6 +118,7 @@ impl Connection<'_> {
                 Ok(Some(req)) => req,
                 Ok(None) | Err(ReadError::Io) => return Flow::Abort,
                 Err(ReadError::Reject(status, message)) => {
+                    self.refresh_headers();
                     let conn = Conn {
                         version: 1,
                         keep_alive: false,
@@ -120,7 +126,7 @@ impl Connection<'_> {
                     return self.send_error(status, message, conn).await;
                 }
             };
-            let flow = self.handle(head, body, answered > 0).await;
+            let flow = self.handle(head, body, answered).await;
             answered += 1;
             if flow != Flow::KeepAlive {
                 return flow;
@@ -212,7 +218,8 @@ impl Connection<'_> {
 
     /// Answers one request according to the current behaviour (`reused`: an earlier request
     /// on this connection was answered).
-    async fn handle(&mut self, head: Head, body: Bytes, reused: bool) -> Flow {
+    async fn handle(&mut self, head: Head, body: Bytes, answered_before: u64) -> Flow {
+        let reused = answered_before > 0;
         let shared = self.shared;
         let n = shared.count.fetch_add(1, Ordering::Relaxed) + 1;
         let behaviour = &*shared.behaviour;
@@ -230,9 +237,13 @@ impl Connection<'_> {
             }
             _ => {}
         }
+        if reused {
+            shared.connections.reused(answered_before);
+        }
+        self.refresh_headers();
         let latency = behaviour.latency();
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
+        if !latency.is_zero() && !self.pause(latency).await {
+            return Flow::Abort;
         }
         match fault {
             Fault::CloseDuringHeaders => {
@@ -344,7 +355,7 @@ impl Connection<'_> {
     async fn send_json_body(&mut self, conn: Conn, pace: Option<Duration>, reset: bool) -> Flow {
         self.out.clear();
         let len = self.scratch.len();
-        push_json_head(&mut self.out, 200, &self.shared.provider_header, conn, len);
+        push_json_head(&mut self.out, 200, &self.headers, conn, len);
         if reset {
             self.out.extend_from_slice(&self.scratch[..len / 2]);
             return if self.write_out().await {
@@ -364,7 +375,9 @@ impl Connection<'_> {
                 let mut start = 0;
                 while start < len {
                     let end = (start + step).min(len);
-                    tokio::time::sleep(pace).await;
+                    if !self.pause(pace).await {
+                        return Flow::Abort;
+                    }
                     self.out.clear();
                     self.out.extend_from_slice(&self.scratch[start..end]);
                     if !self.write_out().await {
@@ -402,7 +415,7 @@ impl Connection<'_> {
         // The head goes out in the same write as the first event (one syscall less per stream);
         // a dripping provider sends it alone and pauses before every event.
         self.out.clear();
-        push_stream_head(&mut self.out, &self.shared.provider_header, conn);
+        push_stream_head(&mut self.out, &self.headers, conn);
         if head_alone && !self.write_out().await {
             return Flow::Abort;
         }
@@ -410,8 +423,8 @@ impl Connection<'_> {
         let send = if reset { total.min(2) } else { total };
         for i in 0..send {
             if i > 0 || head_alone {
-                if !interval.is_zero() {
-                    tokio::time::sleep(interval).await;
+                if !interval.is_zero() && !self.pause(interval).await {
+                    return Flow::Abort;
                 }
                 self.out.clear();
             }
@@ -440,13 +453,7 @@ impl Connection<'_> {
     async fn send_huge(&mut self, len: u64, conn: Conn) -> Flow {
         let len = len.max(2);
         self.out.clear();
-        push_json_head(
-            &mut self.out,
-            200,
-            &self.shared.provider_header,
-            conn,
-            len as usize,
-        );
+        push_json_head(&mut self.out, 200, &self.headers, conn, len as usize);
         self.out.push(b'{');
         if !self.write_out().await {
             return Flow::Abort;
@@ -475,7 +482,7 @@ impl Connection<'_> {
         self.out.clear();
         push_stream_head(
             &mut self.out,
-            &self.shared.provider_header,
+            &self.headers,
             Conn {
                 keep_alive: false,
                 ..conn
@@ -510,13 +517,11 @@ impl Connection<'_> {
         let status = sane_status(status);
         self.scratch.clear();
         push_error_body(&mut self.scratch, status, message);
-        let extra = if status == 429 {
-            &self.shared.rate_limit_headers
-        } else {
-            &self.shared.provider_header
-        };
         self.out.clear();
-        push_json_response(&mut self.out, status, extra, conn, &self.scratch);
+        if status == 429 {
+            self.headers.extend_from_slice(RETRY_AFTER);
+        }
+        push_json_response(&mut self.out, status, &self.headers, conn, &self.scratch);
         if self.write_out().await {
             after(conn)
         } else {
@@ -541,9 +546,39 @@ impl Connection<'_> {
         }
     }
 
-    /// Writes `out` in full; `false` if the peer is gone.
+    /// Writes `out` in full; `false` if the peer is gone (counted as an answer it abandoned).
     async fn write_out(&mut self) -> bool {
-        self.stream.write_all(&self.out).await.is_ok()
+        let written = self.stream.write_all(&self.out).await.is_ok();
+        if !written {
+            self.shared.connections.abandoned();
+        }
+        written
+    }
+
+    /// Waits `d` while watching the connection; `false` if the peer closed it meanwhile (the
+    /// answer is abandoned). Bytes that arrive are kept for the next request.
+    async fn pause(&mut self, d: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + d;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => return true,
+                read = self.stream.read_buf(&mut self.buf) => {
+                    if !matches!(read, Ok(n) if n > 0) {
+                        self.shared.connections.abandoned();
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes this request's response headers: the provider's own plus any set by the test.
+    fn refresh_headers(&mut self) {
+        self.headers.clear();
+        self.headers.extend_from_slice(&self.shared.provider_header);
+        self.shared
+            .connections
+            .push_extra_headers(&mut self.headers);
     }
 
     /// Holds the connection silently until the peer closes it.

@@ -10,6 +10,7 @@
 //! whose status a test sets); anything else is a 404 in OpenAI's error format. Responses, SSE
 //! streams and errors follow OpenAI's wire formats.
 
+mod accounting;
 mod behaviour;
 mod chunked;
 mod connection;
@@ -111,6 +112,28 @@ impl SimProvider {
     /// Connections open right now (accepted and not yet closed by either side).
     pub fn open_connections(&self) -> u64 {
         self.shared.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted_connections(&self) -> u64 {
+        self.shared.connections.accepted_count()
+    }
+
+    /// Connections that carried a second request (kept alive by the client and reused).
+    pub fn reused_connections(&self) -> u64 {
+        self.shared.connections.reused_count()
+    }
+
+    /// When the provider noticed each peer that closed its connection before the answer was
+    /// complete (while it was working on it, or writing it), oldest first.
+    pub fn abandoned_answers(&self) -> Vec<std::time::Instant> {
+        self.shared.connections.abandoned_at()
+    }
+
+    /// Makes every answer from now on carry these headers too (after `x-sim-provider`), the way
+    /// real providers add their own (`x-request-id`, rate-limit headers, ...).
+    pub fn set_response_headers(&self, headers: &[(&str, &str)]) {
+        self.shared.connections.set_extra_headers(headers);
     }
 
     /// Stops accepting (the listening socket is closed before this returns, so new connects

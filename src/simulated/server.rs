@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::accounting::ConnectionLog;
 use super::behaviour::{Behaviour, Fault};
 use super::connection::serve_until_done;
 use super::record::Recorder;
@@ -24,8 +25,6 @@ pub(crate) struct Shared {
     pub(crate) content: String,
     /// `x-sim-provider: <name>\r\n`, added to every response.
     pub(crate) provider_header: Vec<u8>,
-    /// `provider_header` plus `retry-after: 1\r\n`, for 429 answers.
-    pub(crate) rate_limit_headers: Vec<u8>,
     /// The live-tunable behaviour.
     pub(crate) behaviour: Arc<Behaviour>,
     /// The request log.
@@ -34,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) count: AtomicU64,
     /// Connections open right now.
     pub(crate) open: AtomicU64,
+    /// Accepted, reused and abandoned connections; the test-set response headers.
+    pub(crate) connections: ConnectionLog,
     /// Becomes `true` on shutdown; every task watches it.
     pub(crate) down: watch::Sender<bool>,
 }
@@ -52,17 +53,15 @@ impl Shared {
             })
             .collect();
         let provider_header = format!("x-sim-provider: {safe}\r\n").into_bytes();
-        let mut rate_limit_headers = provider_header.clone();
-        rate_limit_headers.extend_from_slice(b"retry-after: 1\r\n");
         Shared {
             name: name.to_string(),
             content: format!("Hello from {name}"),
             provider_header,
-            rate_limit_headers,
             behaviour,
             recorder: Recorder::new(),
             count: AtomicU64::new(0),
             open: AtomicU64::new(0),
+            connections: ConnectionLog::default(),
             down: watch::channel(false).0,
         }
     }
@@ -89,6 +88,7 @@ pub(crate) async fn accept_loop(slot: ListenerSlot, shared: Arc<Shared>) {
                     drop(stream);
                     continue;
                 }
+                shared.connections.accepted();
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(serve(stream, Arc::clone(&shared)));
             }

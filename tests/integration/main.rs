@@ -5,6 +5,8 @@
 mod common;
 
 mod cli;
+mod client_closed;
+mod connections;
 mod errors;
 mod faults;
 mod health_checks;

@@ -15,7 +15,15 @@ const PROM_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 const LE: [&str; 14] = [
     "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "20", "30", "60", "120", "+Inf",
 ];
-const KINDS: [&str; 6] = ["connect", "timeout", "tls", "dns", "auth", "reset"];
+const KINDS: [&str; 7] = [
+    "connect",
+    "timeout",
+    "tls",
+    "dns",
+    "auth",
+    "reset",
+    "client_closed",
+];
 
 /// A chat request for `model`, optionally pinned to a candidate, with extra headers.
 async fn chat(
@@ -211,7 +219,7 @@ async fn metrics_count_known_traffic_exactly() {
     );
     assert_eq!(values(&m, "sturnus_requests_total"), want);
 
-    // Transport failures: every kind for every candidate, two of them counted.
+    // Transport failures and clients that left: every kind for every candidate, two counted.
     let mut want: BTreeMap<Labels, f64> = configured
         .iter()
         .flat_map(|c| KINDS.iter().map(move |k| (with(c, ("kind", k)), 0.0)))

@@ -146,6 +146,80 @@ async fn client_credentials_stay_home_and_other_headers_pass() {
     }
 }
 
+/// The JSON access line of the request with this id (waits briefly: written after the answer).
+async fn access_line(proxy: &Proxy, request_id: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = proxy
+            .logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["target"] == "sturnus::access" && v["request_id"] == request_id);
+        if let Some(line) = found {
+            return line;
+        }
+        assert!(Instant::now() < deadline, "no access line for {request_id}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_response_headers_reach_the_client_verbatim() {
+    let (sim, proxy) = one_candidate(None).await;
+    let provider_headers = [
+        ("x-request-id", "req_8f3a2b1c9d"),
+        ("openai-processing-ms", "42"),
+        ("openai-organization", "Sim Org; v=1"),
+        ("x-ratelimit-remaining-requests", "4999"),
+        ("x-ratelimit-reset-tokens", "6ms"),
+        ("keep-alive", "timeout=5, max=100"),
+    ];
+    sim.set_response_headers(&provider_headers);
+    for stream in [false, true] {
+        sim.clear_requests();
+        let resp = client()
+            .post(proxy.url("/v1/chat/completions"))
+            .header("x-request-id", "client-id-7")
+            .body(chat_body("fast", stream))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let h = resp.headers().clone();
+        resp.bytes().await.unwrap();
+        for (name, value) in &provider_headers[..5] {
+            assert_eq!(h[*name], *value, "{name} (stream {stream})");
+        }
+        assert_eq!(h["x-sim-provider"], "up");
+        assert!(h.get("keep-alive").is_none(), "a hop-by-hop header passed");
+        assert!(h.get("x-upstream-request-id").is_none());
+        assert_eq!(h["x-session-affinity"], "up/real-model");
+        assert_eq!(h["x-sturnus-provider"], "up");
+        // The provider got sturnus's id for the request: the client's own.
+        let got = sim.requests().pop().unwrap();
+        assert_eq!(got.header("x-request-id"), Some("client-id-7"));
+    }
+    // Both ids in the access log.
+    let line = access_line(&proxy, "client-id-7").await;
+    assert_eq!(line["upstream_request_id"], "req_8f3a2b1c9d", "{line}");
+
+    // A provider that sends no id: the client gets sturnus's.
+    sim.set_response_headers(&[]);
+    let resp = post(&proxy, "/v1/chat/completions", chat_body("fast", false)).await;
+    let ours = resp.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert_eq!(ours.len(), 36, "{ours}");
+    assert_eq!(
+        sim.requests().pop().unwrap().header("x-request-id"),
+        Some(ours.as_str())
+    );
+    let line = access_line(&proxy, &ours).await;
+    assert!(line["upstream_request_id"].is_null(), "{line}");
+    // sturnus's own answers carry its id.
+    let resp = post(&proxy, "/v1/chat/completions", chat_body("nope", false)).await;
+    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.headers()["x-request-id"].len(), 36);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_routed_endpoint_reaches_the_provider() {
     let (sim, proxy) = one_candidate(None).await;
