@@ -54,7 +54,7 @@ impl Built {
 /// Builds a bootstrapped Pingora server running the sturnus services for `app`, with the signal
 /// watcher to run it with. With `-u` this takes the sockets (and routing state) over from the
 /// running instance.
-pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, String> {
+pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
     let conf = server_conf(&opt)?;
     // The file is loaded above; Pingora would only warn that it ignores it.
     opt.conf = None;
@@ -125,12 +125,24 @@ fn import_routing_state(app: &App, snapshot: &std::path::Path) {
     }
 }
 
+/// Why the `-c` Pingora server config cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: cannot load the Pingora server config: {problem}")]
+pub struct ServerConfError {
+    /// The YAML file's path.
+    pub path: String,
+    /// Pingora's error.
+    pub problem: Box<pingora_core::Error>,
+}
+
 /// Pingora's server config: the `-c` YAML when given, else [`sidecar_defaults`]. Grace periods
 /// the YAML leaves unset take sturnus's defaults too, not Pingora's 300 s.
-pub fn server_conf(opt: &Opt) -> Result<ServerConf, String> {
+pub fn server_conf(opt: &Opt) -> Result<ServerConf, ServerConfError> {
     let mut conf = match &opt.conf {
-        Some(path) => ServerConf::load_from_yaml(path)
-            .map_err(|e| format!("{path}: cannot load the Pingora server config: {e}"))?,
+        Some(path) => ServerConf::load_from_yaml(path).map_err(|problem| ServerConfError {
+            path: path.clone(),
+            problem,
+        })?,
         None => sidecar_defaults(),
     };
     conf.grace_period_seconds.get_or_insert(GRACE_PERIOD_SECS);
@@ -211,7 +223,9 @@ mod tests {
 
     #[test]
     fn an_unreadable_file_is_a_clear_error() {
-        let err = server_conf(&opt(Some("/nonexistent/pingora.yaml"))).unwrap_err();
+        let err = server_conf(&opt(Some("/nonexistent/pingora.yaml")))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("/nonexistent/pingora.yaml"), "{err}");
     }
 

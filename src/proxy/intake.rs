@@ -138,7 +138,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
 
     if let Err(why) = provider.credential_ready().await {
         ctx.failure = Some(crate::routing::ErrorKind::Auth);
-        let err = ApiError::credential_unavailable(&provider.name, &why.0);
+        let err = ApiError::credential_unavailable(&provider.name, &why.to_string());
         respond::error(session, &ctx.request_id, &err, true).await?;
         return Ok(Admission::Answered);
     }
@@ -146,7 +146,11 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         Ok(peer) => Box::new(peer),
         Err(why) => {
             ctx.failure = Some(crate::routing::ErrorKind::Dns);
-            let err = ApiError::upstream(&provider.name, crate::routing::ErrorKind::Dns, &why);
+            let err = ApiError::upstream(
+                &provider.name,
+                crate::routing::ErrorKind::Dns,
+                &why.to_string(),
+            );
             respond::error(session, &ctx.request_id, &err, true).await?;
             return Ok(Admission::Answered);
         }
