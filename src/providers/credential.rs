@@ -144,6 +144,20 @@ mod tests {
     }
 
     #[test]
+    fn a_credential_error_can_travel_as_the_cause_of_a_pingora_error() {
+        let sent = CredentialError::NotReady(TokenUnavailable::RefreshPending);
+        let e = pingora_core::Error::because(
+            pingora_core::ErrorType::Custom("credential unavailable"),
+            "authorizing the upstream request",
+            sent.clone(),
+        );
+        assert_eq!(
+            e.root_cause().downcast_ref::<CredentialError>(),
+            Some(&sent)
+        );
+    }
+
+    #[test]
     fn invalid_header_values_are_rejected_without_echoing_them() {
         let err = StaticHeaders::new(vec![("x-api-key", "bad\nkey".into())])
             .err()
