@@ -158,14 +158,11 @@ mod tests {
 
     #[test]
     fn unterminated_is_an_error() {
-        assert!(ex("${KEY")
-            .unwrap_err()
-            .to_string()
-            .contains("unterminated"));
-        assert!(ex("abc ${")
-            .unwrap_err()
-            .to_string()
-            .contains("unterminated"));
+        assert_eq!(
+            ex("${KEY").unwrap_err().to_string(),
+            "unterminated \"${\" (missing \"}\"; write $$ for a literal $)"
+        );
+        assert_eq!(ex("abc ${").unwrap_err(), ExpandError::Unterminated);
     }
 
     #[test]
@@ -183,10 +180,10 @@ mod tests {
 
     #[test]
     fn nested_default_is_rejected() {
-        assert!(ex("${NOPE:-${KEY}}")
-            .unwrap_err()
-            .to_string()
-            .contains("nested"));
+        assert_eq!(
+            ex("${NOPE:-${KEY}}").unwrap_err().to_string(),
+            "nested \"${\" in the default of ${NOPE:-...} is not supported"
+        );
     }
 
     #[test]
