@@ -1,7 +1,7 @@
 //! The shared, immutable state of a running sturnus: config, routing table, upstream settings.
 
 use crate::budget::Budget;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, CatalogError};
 use crate::config::Config;
 use crate::lifecycle::Lifecycle;
 use crate::observe::Metrics;
@@ -33,12 +33,26 @@ pub struct App {
     pub lifecycle: Arc<Lifecycle>,
 }
 
+/// Why the runtime state cannot be built from a valid config.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The `SSL_CERT_FILE` bundle cannot be used.
+    #[error(transparent)]
+    TrustRoots(#[from] tls::BundleError),
+    /// A provider or candidate cannot be built.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The Prometheus registry refused a metric.
+    #[error("metrics registry: {0}")]
+    Metrics(prometheus::Error),
+}
+
 impl App {
     /// Builds the runtime state from a validated config; fails on unusable providers or CA files.
-    pub fn new(config: Config) -> Result<Arc<App>, String> {
+    pub fn new(config: Config) -> Result<Arc<App>, AppError> {
         let roots = tls::from_env()?;
         let catalog = Catalog::build(&config)?;
-        let metrics = Metrics::new(&catalog).map_err(|e| format!("metrics registry: {e}"))?;
+        let metrics = Metrics::new(&catalog).map_err(AppError::Metrics)?;
         let peer_settings = PeerSettings {
             connect_timeout: config.routing.connect_timeout,
             read_timeout: config.routing.read_timeout,

@@ -4,7 +4,7 @@
 //! it, so its statistics are shared by all of them.
 
 use crate::config::Config;
-use crate::providers::Provider;
+use crate::providers::{Provider, ProviderError};
 use crate::routing::{self, affinity, CandidateStats, Choice, Mode, RoutingParams};
 use http::HeaderValue;
 use std::collections::HashMap;
@@ -117,9 +117,20 @@ pub struct Catalog {
     by_name: HashMap<String, usize>,
 }
 
+/// Why the routing table cannot be built from a config.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// A provider cannot be built.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// A candidate names a provider that is not configured.
+    #[error("unknown provider {0}")]
+    UnknownProvider(String),
+}
+
 impl Catalog {
     /// Builds the table from a validated config.
-    pub fn build(config: &Config) -> Result<Catalog, String> {
+    pub fn build(config: &Config) -> Result<Catalog, CatalogError> {
         let providers = crate::providers::build_all(&config.providers)?;
         let mut candidates: Vec<Arc<Candidate>> = Vec::new();
         let mut aliases = Vec::with_capacity(config.aliases.len());
@@ -135,7 +146,7 @@ impl Catalog {
                         let provider = providers
                             .iter()
                             .find(|p| p.name == c.provider)
-                            .ok_or_else(|| format!("unknown provider {}", c.provider))?
+                            .ok_or_else(|| CatalogError::UnknownProvider(c.provider.clone()))?
                             .clone();
                         let affinity = affinity::format(&provider.name, &c.model);
                         let header_values = (

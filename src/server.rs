@@ -54,7 +54,7 @@ impl Built {
 /// Builds a bootstrapped Pingora server running the sturnus services for `app`, with the signal
 /// watcher to run it with. With `-u` this takes the sockets (and routing state) over from the
 /// running instance.
-pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, String> {
+pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
     let conf = server_conf(&opt)?;
     // The file is loaded above; Pingora would only warn that it ignores it.
     opt.conf = None;
@@ -142,12 +142,39 @@ fn import_routing_state(app: &App, snapshot: &std::path::Path) {
     }
 }
 
+/// Why the `-c` Pingora server config cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerConfError {
+    /// Pingora could not read or parse the YAML.
+    #[error("{path}: cannot load the Pingora server config: {problem}")]
+    Load {
+        /// The YAML file's path.
+        path: String,
+        /// Pingora's error.
+        problem: Box<pingora_core::Error>,
+    },
+    /// A source address for provider connections that is not an IP address of its family.
+    #[error("{key}: `{value}` is not an {family} address")]
+    BindAddress {
+        /// `client_bind_to_ipv4` or `client_bind_to_ipv6`.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// `IPv4` or `IPv6`.
+        family: &'static str,
+    },
+}
+
 /// Pingora's server config: the `-c` YAML when given, else [`sidecar_defaults`]. Grace periods
 /// the YAML leaves unset take sturnus's defaults too, not Pingora's 300 s.
-pub fn server_conf(opt: &Opt) -> Result<ServerConf, String> {
+pub fn server_conf(opt: &Opt) -> Result<ServerConf, ServerConfError> {
     let mut conf = match &opt.conf {
-        Some(path) => ServerConf::load_from_yaml(path)
-            .map_err(|e| format!("{path}: cannot load the Pingora server config: {e}"))?,
+        Some(path) => {
+            ServerConf::load_from_yaml(path).map_err(|problem| ServerConfError::Load {
+                path: path.clone(),
+                problem,
+            })?
+        }
         None => sidecar_defaults(),
     };
     conf.grace_period_seconds.get_or_insert(GRACE_PERIOD_SECS);
@@ -160,19 +187,20 @@ pub fn server_conf(opt: &Opt) -> Result<ServerConf, String> {
 
 /// Refuses source addresses for provider connections that are not IP addresses of their
 /// family (Pingora's connector would panic on them at start).
-fn check_bind_addresses(conf: &ServerConf) -> Result<(), String> {
+fn check_bind_addresses(conf: &ServerConf) -> Result<(), ServerConfError> {
+    let bad = |key, value: &String, family| ServerConfError::BindAddress {
+        key,
+        value: value.clone(),
+        family,
+    };
     for v4 in &conf.client_bind_to_ipv4 {
         if v4.parse::<std::net::Ipv4Addr>().is_err() {
-            return Err(format!(
-                "client_bind_to_ipv4: `{v4}` is not an IPv4 address"
-            ));
+            return Err(bad("client_bind_to_ipv4", v4, "IPv4"));
         }
     }
     for v6 in &conf.client_bind_to_ipv6 {
         if v6.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(format!(
-                "client_bind_to_ipv6: `{v6}` is not an IPv6 address"
-            ));
+            return Err(bad("client_bind_to_ipv6", v6, "IPv6"));
         }
     }
     Ok(())
@@ -268,7 +296,7 @@ mod tests {
     fn a_source_address_that_is_not_an_ip_is_refused() {
         let path = std::env::temp_dir().join(format!("sturnus-bind-{}.yaml", std::process::id()));
         std::fs::write(&path, "---\nversion: 1\nclient_bind_to_ipv4: [\"eth0\"]\n").unwrap();
-        let err = server_conf(&opt(path.to_str())).unwrap_err();
+        let err = server_conf(&opt(path.to_str())).unwrap_err().to_string();
         std::fs::remove_file(&path).ok();
         assert!(
             err.contains("client_bind_to_ipv4") && err.contains("eth0"),
@@ -278,7 +306,9 @@ mod tests {
 
     #[test]
     fn an_unreadable_file_is_a_clear_error() {
-        let err = server_conf(&opt(Some("/nonexistent/pingora.yaml"))).unwrap_err();
+        let err = server_conf(&opt(Some("/nonexistent/pingora.yaml")))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("/nonexistent/pingora.yaml"), "{err}");
     }
 

@@ -3,6 +3,50 @@
 use std::fmt;
 use std::net::Ipv6Addr;
 
+/// Why a base URL was rejected; the message never repeats the URL (it could hold credentials).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    /// No `scheme://` at the start.
+    #[error("must start with http:// or https://")]
+    NoScheme,
+    /// A scheme other than http or https.
+    #[error("scheme must be http or https")]
+    Scheme,
+    /// A `?query` part.
+    #[error("must not have a query string")]
+    Query,
+    /// A `#fragment` part.
+    #[error("must not have a fragment (#...)")]
+    Fragment,
+    /// A `user:password@` part.
+    #[error("must not contain user info (user:password@); put credentials in api_key")]
+    UserInfo,
+    /// An empty host.
+    #[error("has no host")]
+    NoHost,
+    /// `[v6` without the closing bracket.
+    #[error("IPv6 host is missing its closing ]")]
+    UnclosedIpv6,
+    /// Brackets around something that is not an IPv6 address.
+    #[error("host in [] is not a valid IPv6 address")]
+    BadIpv6,
+    /// Text after `[v6]` that is not `:port`.
+    #[error("unexpected text after the IPv6 host")]
+    AfterIpv6,
+    /// An IPv6 address without brackets.
+    #[error("IPv6 hosts must be written in brackets, like http://[::1]:8000")]
+    UnbracketedIpv6,
+    /// A host with characters a name or address cannot have.
+    #[error("host must be a name or IP address (letters, digits, '.', '-', '_')")]
+    BadHost,
+    /// A port that is not a number from 1 to 65535.
+    #[error("port must be a number from 1 to 65535")]
+    Port,
+    /// A path with spaces, control or non-ASCII characters.
+    #[error("path must be ASCII without spaces or control characters (percent-encode it)")]
+    Path,
+}
+
 /// A parsed http(s) base URL: scheme, host, port (default 80/443), path prefix without trailing
 /// slash. `host` is lower-cased and stored without brackets, even for IPv6.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,32 +64,28 @@ pub struct BaseUrl {
 impl BaseUrl {
     /// Parses `http(s)://host[:port][/path]`; rejects user info, query, fragment, and bad hosts.
     /// The error explains the problem without repeating the URL (it could hold credentials).
-    pub fn parse(input: &str) -> Result<BaseUrl, String> {
+    pub fn parse(input: &str) -> Result<BaseUrl, UrlError> {
         let s = input.trim();
-        let (scheme, rest) = s
-            .split_once("://")
-            .ok_or_else(|| "must start with http:// or https://".to_string())?;
+        let (scheme, rest) = s.split_once("://").ok_or(UrlError::NoScheme)?;
         let tls = if scheme.eq_ignore_ascii_case("https") {
             true
         } else if scheme.eq_ignore_ascii_case("http") {
             false
         } else {
-            return Err("scheme must be http or https".into());
+            return Err(UrlError::Scheme);
         };
         if rest.contains('?') {
-            return Err("must not have a query string".into());
+            return Err(UrlError::Query);
         }
         if rest.contains('#') {
-            return Err("must not have a fragment (#...)".into());
+            return Err(UrlError::Fragment);
         }
         let (authority, path) = match rest.find('/') {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
         };
         if authority.contains('@') {
-            return Err(
-                "must not contain user info (user:password@); put credentials in api_key".into(),
-            );
+            return Err(UrlError::UserInfo);
         }
         let (host, port) = split_host_port(authority)?;
         let port = match port {
@@ -60,10 +100,7 @@ impl BaseUrl {
         };
         let path = path.trim_end_matches('/');
         if !path.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(
-                "path must be ASCII without spaces or control characters (percent-encode it)"
-                    .into(),
-            );
+            return Err(UrlError::Path);
         }
         Ok(BaseUrl {
             tls,
@@ -110,27 +147,19 @@ impl fmt::Display for BaseUrl {
 }
 
 /// Splits `host[:port]` / `[v6][:port]` and validates the host.
-fn split_host_port(authority: &str) -> Result<(String, Option<&str>), String> {
+fn split_host_port(authority: &str) -> Result<(String, Option<&str>), UrlError> {
     if authority.is_empty() {
-        return Err("has no host".into());
+        return Err(UrlError::NoHost);
     }
     if let Some(inner) = authority.strip_prefix('[') {
-        let close = inner
-            .find(']')
-            .ok_or_else(|| "IPv6 host is missing its closing ]".to_string())?;
+        let close = inner.find(']').ok_or(UrlError::UnclosedIpv6)?;
         let v6 = &inner[..close];
-        let addr: Ipv6Addr = v6
-            .parse()
-            .map_err(|_| "host in [] is not a valid IPv6 address".to_string())?;
+        let addr: Ipv6Addr = v6.parse().map_err(|_| UrlError::BadIpv6)?;
         let after = &inner[close + 1..];
         let port = if after.is_empty() {
             None
         } else {
-            Some(
-                after
-                    .strip_prefix(':')
-                    .ok_or_else(|| "unexpected text after the IPv6 host".to_string())?,
-            )
+            Some(after.strip_prefix(':').ok_or(UrlError::AfterIpv6)?)
         };
         return Ok((addr.to_string(), port));
     }
@@ -139,26 +168,26 @@ fn split_host_port(authority: &str) -> Result<(String, Option<&str>), String> {
         None => (authority, None),
     };
     if port.is_some_and(|p| p.contains(':')) {
-        return Err("IPv6 hosts must be written in brackets, like http://[::1]:8000".into());
+        return Err(UrlError::UnbracketedIpv6);
     }
     if host.is_empty() {
-        return Err("has no host".into());
+        return Err(UrlError::NoHost);
     }
     let valid = host
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
         && !host.starts_with(['.', '-']);
     if !valid {
-        return Err("host must be a name or IP address (letters, digits, '.', '-', '_')".into());
+        return Err(UrlError::BadHost);
     }
     Ok((host.to_ascii_lowercase(), port))
 }
 
 /// Parses a non-zero decimal port.
-fn parse_port(p: &str) -> Result<u16, String> {
+fn parse_port(p: &str) -> Result<u16, UrlError> {
     match p.parse::<u16>() {
         Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
-        _ => Err("port must be a number from 1 to 65535".into()),
+        _ => Err(UrlError::Port),
     }
 }
 
@@ -171,7 +200,7 @@ mod tests {
     }
 
     fn err(s: &str) -> String {
-        BaseUrl::parse(s).expect_err(s)
+        BaseUrl::parse(s).expect_err(s).to_string()
     }
 
     #[test]

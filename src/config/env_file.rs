@@ -7,33 +7,104 @@
 //! `[A-Za-z_][A-Za-z0-9_]*`. Error messages name the line but never echo a value.
 
 use super::expand::is_var_name;
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// What is wrong with one line of an env file (never its value).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    /// No `=` on the line.
+    #[error("expected KEY=VALUE")]
+    NotAPair,
+    /// A key that is not a portable variable name.
+    #[error("invalid variable name (use letters, digits and _, not starting with a digit)")]
+    BadName,
+    /// A value holding NUL, which no environment variable can.
+    #[error("value of {key} contains a NUL character")]
+    Nul {
+        /// The variable whose value it is.
+        key: String,
+    },
+    /// An opening quote without its closing one.
+    #[error("unterminated {quote} quote")]
+    Unterminated {
+        /// `"` or `'`.
+        quote: char,
+    },
+    /// Text other than a comment after a quoted value.
+    #[error("unexpected text after the closing quote")]
+    AfterQuote,
+}
+
+/// Every bad line of an env file, as `(1-based line number, problem)` in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadLines(pub Vec<(usize, LineError)>);
+
+impl fmt::Display for BadLines {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (line, problem)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "line {line}: {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BadLines {}
+
+/// Why `--env-file` could not be loaded; names the file, never a value.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvFileError {
+    /// The file could not be read.
+    #[error("env file {}: cannot read: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Some lines are malformed.
+    #[error("env file {}: {lines}", path.display())]
+    Lines {
+        /// The file.
+        path: PathBuf,
+        /// Every bad line.
+        lines: BadLines,
+    },
+}
 
 /// Parses env-file text into `(key, value)` pairs in file order; the error lists every bad line.
-pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
+pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, BadLines> {
     let mut pairs = Vec::new();
     let mut errors = Vec::new();
     for (i, line) in text.lines().enumerate() {
         match parse_line(line) {
             Ok(Some(pair)) => pairs.push(pair),
             Ok(None) => {}
-            Err(e) => errors.push(format!("line {}: {e}", i + 1)),
+            Err(e) => errors.push((i + 1, e)),
         }
     }
     if errors.is_empty() {
         Ok(pairs)
     } else {
-        Err(errors.join("; "))
+        Err(BadLines(errors))
     }
 }
 
 /// Reads an env file and sets each variable that is not already set in the process environment
 /// (so the real environment wins); returns how many variables it set. Call once at startup,
 /// before any thread is spawned. When a key repeats in the file, its last value is used.
-pub fn load_env_file(path: &Path) -> Result<usize, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("env file {}: cannot read: {e}", path.display()))?;
-    let pairs = parse_env_file(&text).map_err(|e| format!("env file {}: {e}", path.display()))?;
+pub fn load_env_file(path: &Path) -> Result<usize, EnvFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| EnvFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let pairs = parse_env_file(&text).map_err(|lines| EnvFileError::Lines {
+        path: path.to_path_buf(),
+        lines,
+    })?;
     let mut last: Vec<(String, String)> = Vec::new();
     for (key, value) in pairs {
         match last.iter_mut().find(|(k, _)| *k == key) {
@@ -53,7 +124,7 @@ pub fn load_env_file(path: &Path) -> Result<usize, String> {
 }
 
 /// Parses one line: `None` for blank and comment lines.
-fn parse_line(line: &str) -> Result<Option<(String, String)>, String> {
+fn parse_line(line: &str) -> Result<Option<(String, String)>, LineError> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
@@ -62,34 +133,30 @@ fn parse_line(line: &str) -> Result<Option<(String, String)>, String> {
         Some(rest) if rest.starts_with([' ', '\t']) => rest.trim_start(),
         _ => line,
     };
-    let (key, raw) = line
-        .split_once('=')
-        .ok_or_else(|| "expected KEY=VALUE".to_string())?;
+    let (key, raw) = line.split_once('=').ok_or(LineError::NotAPair)?;
     let key = key.trim();
     if !is_var_name(key) {
-        return Err(
-            "invalid variable name (use letters, digits and _, not starting with a digit)".into(),
-        );
+        return Err(LineError::BadName);
     }
     let value = parse_value(raw)?;
     if value.contains('\0') {
-        return Err(format!("value of {key} contains a NUL character"));
+        return Err(LineError::Nul {
+            key: key.to_string(),
+        });
     }
     Ok(Some((key.to_string(), value)))
 }
 
 /// Parses the part after `=`: quoted, or unquoted with an optional inline comment.
-fn parse_value(raw: &str) -> Result<String, String> {
+fn parse_value(raw: &str) -> Result<String, LineError> {
     let v = raw.trim();
     let quote = v.chars().next().filter(|c| *c == '"' || *c == '\'');
     if let Some(q) = quote {
         let body = &v[1..];
-        let end = body
-            .find(q)
-            .ok_or_else(|| format!("unterminated {q} quote"))?;
+        let end = body.find(q).ok_or(LineError::Unterminated { quote: q })?;
         let tail = body[end + 1..].trim_start();
         if !tail.is_empty() && !tail.starts_with('#') {
-            return Err("unexpected text after the closing quote".into());
+            return Err(LineError::AfterQuote);
         }
         return Ok(body[..end].to_string());
     }
@@ -162,7 +229,9 @@ mod tests {
 
     #[test]
     fn errors_name_the_line_and_not_the_value() {
-        let e = parse_env_file("A=1\nnot a pair\n1X=2\nB=\"sk-secret\nC='x' y").unwrap_err();
+        let e = parse_env_file("A=1\nnot a pair\n1X=2\nB=\"sk-secret\nC='x' y")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2: expected KEY=VALUE"), "{e}");
         assert!(e.contains("line 3: invalid variable name"), "{e}");
         assert!(e.contains("line 4: unterminated \" quote"), "{e}");
@@ -175,7 +244,10 @@ mod tests {
 
     #[test]
     fn nul_is_rejected() {
-        assert!(parse_env_file("A=a\0b").unwrap_err().contains("line 1"));
+        assert_eq!(
+            parse_env_file("A=a\0b").unwrap_err(),
+            BadLines(vec![(1, LineError::Nul { key: "A".into() })])
+        );
     }
 
     #[test]
@@ -195,7 +267,9 @@ mod tests {
 
     #[test]
     fn load_errors_name_the_path() {
-        let e = load_env_file(Path::new("/definitely/not/here.env")).unwrap_err();
+        let e = load_env_file(Path::new("/definitely/not/here.env"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/definitely/not/here.env"), "{e}");
     }
 }

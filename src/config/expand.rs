@@ -11,12 +11,37 @@
 //!
 //! Error messages never contain the string being expanded (it may hold a secret), only the name.
 
+/// Why a `${...}` reference cannot be expanded; names the variable, never the text around it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ExpandError {
+    /// `${` without its `}`.
+    #[error("unterminated \"${{\" (missing \"}}\"; write $$ for a literal $)")]
+    Unterminated,
+    /// `${...}` whose inside is not `NAME` or `NAME:-default`.
+    #[error(
+        "invalid environment variable reference: use ${{NAME}} or ${{NAME:-default}}, NAME made of letters, digits and _"
+    )]
+    InvalidReference,
+    /// A default that holds another `${`.
+    #[error("nested \"${{\" in the default of ${{{name}:-...}} is not supported")]
+    NestedDefault {
+        /// The variable whose default is nested.
+        name: String,
+    },
+    /// `${NAME}` with NAME unset and no default.
+    #[error("environment variable {name} is not set")]
+    Unset {
+        /// The unset variable.
+        name: String,
+    },
+}
+
 /// Expands `${...}` references in `input` using `lookup`; the error says what is wrong, naming
 /// the variable where there is one.
 pub(crate) fn expand(
     input: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, String> {
+) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(input.len());
     let mut rest = input;
     while let Some(i) = rest.find('$') {
@@ -26,9 +51,7 @@ pub(crate) fn expand(
             out.push('$');
             rest = r;
         } else if let Some(r) = after.strip_prefix('{') {
-            let end = r.find('}').ok_or_else(|| {
-                "unterminated \"${\" (missing \"}\"; write $$ for a literal $)".to_string()
-            })?;
+            let end = r.find('}').ok_or(ExpandError::Unterminated)?;
             out.push_str(&reference(&r[..end], lookup)?);
             rest = &r[end + 1..];
         } else {
@@ -41,27 +64,26 @@ pub(crate) fn expand(
 }
 
 /// Resolves the inside of one `${...}`.
-fn reference(inner: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+fn reference(inner: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
     let (name, default) = match inner.find(":-") {
         Some(j) => (&inner[..j], Some(&inner[j + 2..])),
         None => (inner, None),
     };
     if !is_var_name(name) {
-        return Err(
-            "invalid environment variable reference: use ${NAME} or ${NAME:-default}, NAME made of letters, digits and _"
-                .to_string(),
-        );
+        return Err(ExpandError::InvalidReference);
     }
     if default.is_some_and(|d| d.contains("${")) {
-        return Err(format!(
-            "nested \"${{\" in the default of ${{{name}:-...}} is not supported"
-        ));
+        return Err(ExpandError::NestedDefault {
+            name: name.to_string(),
+        });
     }
     match (lookup(name), default) {
         (Some(v), Some(d)) if v.is_empty() => Ok(d.to_string()),
         (Some(v), _) => Ok(v),
         (None, Some(d)) => Ok(d.to_string()),
-        (None, None) => Err(format!("environment variable {name} is not set")),
+        (None, None) => Err(ExpandError::Unset {
+            name: name.to_string(),
+        }),
     }
 }
 
@@ -85,7 +107,7 @@ mod tests {
         }
     }
 
-    fn ex(s: &str) -> Result<String, String> {
+    fn ex(s: &str) -> Result<String, ExpandError> {
         expand(s, &env)
     }
 
@@ -119,7 +141,7 @@ mod tests {
     #[test]
     fn unset_without_default_names_the_variable() {
         assert_eq!(
-            ex("x${NOPE}y").unwrap_err(),
+            ex("x${NOPE}y").unwrap_err().to_string(),
             "environment variable NOPE is not set"
         );
     }
@@ -136,26 +158,32 @@ mod tests {
 
     #[test]
     fn unterminated_is_an_error() {
-        assert!(ex("${KEY").unwrap_err().contains("unterminated"));
-        assert!(ex("abc ${").unwrap_err().contains("unterminated"));
+        assert_eq!(
+            ex("${KEY").unwrap_err().to_string(),
+            "unterminated \"${\" (missing \"}\"; write $$ for a literal $)"
+        );
+        assert_eq!(ex("abc ${").unwrap_err(), ExpandError::Unterminated);
     }
 
     #[test]
     fn invalid_names_are_errors_without_echoing_the_value() {
         for bad in ["${}", "${1A}", "${A B}", "${A:?x}", "${:-x}", "${A-b}"] {
-            let e = ex(bad).unwrap_err();
+            let e = ex(bad).unwrap_err().to_string();
             assert!(
                 e.contains("invalid environment variable reference"),
                 "{bad}: {e}"
             );
         }
-        let e = ex("sk-secret ${bad name}").unwrap_err();
+        let e = ex("sk-secret ${bad name}").unwrap_err().to_string();
         assert!(!e.contains("sk-secret"));
     }
 
     #[test]
     fn nested_default_is_rejected() {
-        assert!(ex("${NOPE:-${KEY}}").unwrap_err().contains("nested"));
+        assert_eq!(
+            ex("${NOPE:-${KEY}}").unwrap_err().to_string(),
+            "nested \"${\" in the default of ${NOPE:-...} is not supported"
+        );
     }
 
     #[test]

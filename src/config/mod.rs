@@ -25,8 +25,8 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-pub use base_url::BaseUrl;
-pub use env_file::{load_env_file, parse_env_file};
+pub use base_url::{BaseUrl, UrlError};
+pub use env_file::{load_env_file, parse_env_file, BadLines, EnvFileError, LineError};
 pub use error::ConfigError;
 pub use schema::{
     AliasConfig, CandidateConfig, Config, HealthCheckConfig, ProviderConfig, ProviderKind,

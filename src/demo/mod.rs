@@ -60,8 +60,9 @@ async fn demo(seconds: u64) -> Result<(), String> {
     let listen = free_loopback_addr()?;
     let config = Config::parse(&config_text(listen, &sims), &|_| None)
         .map_err(|e| format!("generated config is invalid:\n{e}"))?;
-    let app = App::new(config)?;
-    let server = crate::server::build(Default::default(), app.clone())?;
+    let app = App::new(config).map_err(|e| e.to_string())?;
+    let server =
+        crate::server::build(Default::default(), app.clone()).map_err(|e| e.to_string())?;
     std::thread::spawn(move || server.run_forever());
     driver::wait_healthy(listen).await?;
 

@@ -126,33 +126,80 @@ pub fn save(catalog: &Catalog, path: &Path) -> std::io::Result<usize> {
     Ok(state.candidates.len())
 }
 
+/// Why a routing-state snapshot was not imported (the new process then starts cold).
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The file exists but cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The snapshot's path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a snapshot's JSON.
+    #[error("{} is not a routing-state snapshot: {source}", path.display())]
+    NotASnapshot {
+        /// The snapshot's path.
+        path: PathBuf,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// A snapshot of another format or version.
+    #[error("{}: unsupported snapshot {format} v{version}", path.display())]
+    Unsupported {
+        /// The snapshot's path.
+        path: PathBuf,
+        /// Its `format`.
+        format: String,
+        /// Its `version`.
+        version: u32,
+    },
+    /// A snapshot too old to describe the providers now.
+    #[error("{}: snapshot is {}s old (written by pid {pid}), ignored", path.display(), age.as_secs())]
+    Stale {
+        /// The snapshot's path.
+        path: PathBuf,
+        /// How long ago it was written.
+        age: Duration,
+        /// The process that wrote it.
+        pid: u32,
+    },
+}
+
 /// Imports the snapshot at `path` into `catalog` and removes the file. `Ok(None)` when there is
 /// none; an error for an unreadable, foreign or stale file (which is removed all the same).
-pub fn restore(catalog: &Catalog, path: &Path) -> Result<Option<Restored>, String> {
+pub fn restore(catalog: &Catalog, path: &Path) -> Result<Option<Restored>, RestoreError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(source) => {
+            return Err(RestoreError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
     };
     let _ = std::fs::remove_file(path);
-    let state: StateFile = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{} is not a routing-state snapshot: {e}", path.display()))?;
+    let state: StateFile =
+        serde_json::from_slice(&bytes).map_err(|source| RestoreError::NotASnapshot {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if state.format != FORMAT || state.version != VERSION {
-        return Err(format!(
-            "{}: unsupported snapshot {} v{}",
-            path.display(),
-            state.format,
-            state.version
-        ));
+        return Err(RestoreError::Unsupported {
+            path: path.to_path_buf(),
+            format: state.format,
+            version: state.version,
+        });
     }
     let age = Duration::from_millis(now_ms().saturating_sub(state.written_at_unix_ms));
     if age > MAX_AGE {
-        return Err(format!(
-            "{}: snapshot is {}s old (written by pid {}), ignored",
-            path.display(),
-            age.as_secs(),
-            state.pid
-        ));
+        return Err(RestoreError::Stale {
+            path: path.to_path_buf(),
+            age,
+            pid: state.pid,
+        });
     }
     Ok(Some(apply(catalog, &state.candidates)))
 }
@@ -268,7 +315,7 @@ mod tests {
             candidates: vec![],
         };
         std::fs::write(&path, serde_json::to_vec(&stale).unwrap()).unwrap();
-        assert!(restore(&c, &path).unwrap_err().contains("old"));
+        assert!(restore(&c, &path).unwrap_err().to_string().contains("old"));
         assert!(!path.exists());
         std::fs::write(&path, b"{\"not\": \"ours\"}").unwrap();
         assert!(restore(&c, &path).is_err());

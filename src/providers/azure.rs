@@ -1,7 +1,7 @@
 //! Azure OpenAI: deployment URLs with `api-version`, or the v1 API; auth by `api-key` header.
 
 use super::credential::{Credential, StaticHeaders};
-use super::{Endpoint, PathStyle};
+use super::{Endpoint, PathStyle, ProviderError};
 use crate::config::ProviderConfig;
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ pub(super) fn build(
     cfg: &ProviderConfig,
     resource_name: &str,
     api_version: &str,
-) -> Result<(Endpoint, Arc<dyn Credential>), String> {
+) -> Result<(Endpoint, Arc<dyn Credential>), ProviderError> {
     let host = format!("{resource_name}.openai.azure.com");
     let mut endpoint = Endpoint::https(host, "/openai");
     if api_version == "v1" {
@@ -25,7 +25,9 @@ pub(super) fn build(
         Some(key) => vec![("api-key", key.expose().to_string())],
         None => vec![],
     };
-    let credential =
-        StaticHeaders::new(pairs).map_err(|e| format!("provider.{}.api_key: {e}", cfg.name))?;
+    let credential = StaticHeaders::new(pairs).map_err(|problem| ProviderError::ApiKey {
+        provider: cfg.name.clone(),
+        problem,
+    })?;
     Ok((endpoint, Arc::new(credential)))
 }

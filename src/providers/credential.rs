@@ -3,18 +3,42 @@
 //! The proxy calls [`Credential::apply`] and never learns whether the value came from a static
 //! key in config or from a token that a background service keeps fresh.
 
+use super::gcp::token::TokenUnavailable;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Why a provider cannot be authorized right now (never contains the secret itself).
-#[derive(Debug, Clone, PartialEq)]
-pub struct CredentialError(pub String);
+/// Why a provider cannot be authorized right now (never contains the secret itself). The client
+/// gets [`CredentialError::status`] with [`CredentialError::code`]; the request is not forwarded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    /// The credential is fetched in the background and no usable one exists yet (or any more).
+    #[error(transparent)]
+    NotReady(#[from] TokenUnavailable),
+    /// The upstream path and query do not form a valid URI, so no request can carry the
+    /// credential.
+    #[error("the upstream path is not a valid URI")]
+    InvalidUpstreamPath,
+}
 
-impl std::fmt::Display for CredentialError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+impl CredentialError {
+    /// The HTTP status the client gets: 503, since the provider may be usable again shortly.
+    pub fn status(&self) -> u16 {
+        503
     }
+
+    /// The `error.code` of the JSON error body the client gets.
+    pub fn code(&self) -> &'static str {
+        "provider_credentials_unavailable"
+    }
+}
+
+/// A configured header value that HTTP cannot carry (never shows the value: it is a secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the value for header {name} contains invalid characters")]
+pub struct InvalidHeaderValue {
+    /// The header's name.
+    pub name: &'static str,
 }
 
 /// A source of auth headers for one provider.
@@ -59,11 +83,11 @@ pub struct StaticHeaders {
 
 impl StaticHeaders {
     /// Headers to set; values marked sensitive so they never show in debug output.
-    pub fn new(pairs: Vec<(&'static str, String)>) -> Result<Self, String> {
+    pub fn new(pairs: Vec<(&'static str, String)>) -> Result<Self, InvalidHeaderValue> {
         let mut headers = Vec::with_capacity(pairs.len());
         for (name, value) in pairs {
-            let mut value = HeaderValue::from_str(&value)
-                .map_err(|_| format!("the value for header {name} contains invalid characters"))?;
+            let mut value =
+                HeaderValue::from_str(&value).map_err(|_| InvalidHeaderValue { name })?;
             value.set_sensitive(true);
             headers.push((HeaderName::from_static(name), value));
         }
@@ -107,10 +131,41 @@ mod tests {
     }
 
     #[test]
+    fn credential_errors_answer_503_provider_credentials_unavailable() {
+        for err in [
+            CredentialError::NotReady(TokenUnavailable::FirstFetchPending),
+            CredentialError::InvalidUpstreamPath,
+        ] {
+            assert_eq!(
+                (err.status(), err.code()),
+                (503, "provider_credentials_unavailable")
+            );
+        }
+    }
+
+    #[test]
+    fn a_credential_error_can_travel_as_the_cause_of_a_pingora_error() {
+        let sent = CredentialError::NotReady(TokenUnavailable::RefreshPending);
+        let e = pingora_core::Error::because(
+            pingora_core::ErrorType::Custom("credential unavailable"),
+            "authorizing the upstream request",
+            sent.clone(),
+        );
+        assert_eq!(
+            e.root_cause().downcast_ref::<CredentialError>(),
+            Some(&sent)
+        );
+    }
+
+    #[test]
     fn invalid_header_values_are_rejected_without_echoing_them() {
         let err = StaticHeaders::new(vec![("x-api-key", "bad\nkey".into())])
             .err()
-            .unwrap();
-        assert!(!err.contains("bad"), "{err}");
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            err,
+            "the value for header x-api-key contains invalid characters"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Google AI Studio (Gemini) through its OpenAI-compatible endpoint, with a Bearer API key.
 
 use super::credential::Credential;
-use super::{openai, Endpoint};
+use super::{openai, Endpoint, ProviderError};
 use crate::config::ProviderConfig;
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use std::sync::Arc;
 pub(super) fn build(
     cfg: &ProviderConfig,
     api_version: &str,
-) -> Result<(Endpoint, Arc<dyn Credential>), String> {
+) -> Result<(Endpoint, Arc<dyn Credential>), ProviderError> {
     let endpoint = Endpoint::https(
         "generativelanguage.googleapis.com",
         format!("/{api_version}/openai"),

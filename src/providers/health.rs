@@ -103,7 +103,7 @@ impl ProviderProbe {
     async fn request(&self) -> Result<RequestHeader> {
         let provider = &self.provider;
         if let Err(why) = provider.credential_ready().await {
-            return Error::e_explain(ErrorType::Custom("credential unavailable"), why.0);
+            return Error::e_explain(ErrorType::Custom("credential unavailable"), why.to_string());
         }
         let (mut parts, ()) = http::Request::get(self.check.path.as_str())
             .version(http::Version::HTTP_11)
@@ -117,7 +117,7 @@ impl ProviderProbe {
             http::HeaderValue::from_static(USER_AGENT),
         );
         if let Err(why) = provider.authorize(headers) {
-            return Error::e_explain(ErrorType::Custom("credential unavailable"), why.0);
+            return Error::e_explain(ErrorType::Custom("credential unavailable"), why.to_string());
         }
         Ok(RequestHeader::from(parts))
     }
@@ -127,7 +127,7 @@ impl ProviderProbe {
         let request = self.request().await?;
         let peer = match self.provider.peer(&self.settings).await {
             Ok(peer) => peer,
-            Err(why) => return Error::e_explain(ErrorType::ConnectNoRoute, why),
+            Err(why) => return Error::e_explain(ErrorType::ConnectNoRoute, why.to_string()),
         };
         let (mut session, _) = self.connector.get_http_session(&peer).await?;
         session.set_write_timeout(Some(self.settings.read_timeout));

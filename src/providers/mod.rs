@@ -7,6 +7,7 @@
 mod anthropic;
 mod azure;
 pub mod credential;
+mod error;
 pub mod gcp;
 mod google_ai;
 pub mod health;
@@ -17,9 +18,10 @@ mod vertex;
 
 use crate::config::{ProviderConfig, ProviderKind};
 pub use credential::{Credential, CredentialError};
+pub use error::ProviderError;
 use gcp::GoogleTokens;
 use pingora_core::upstreams::peer::HttpPeer;
-use resolve::HostAddr;
+use resolve::{HostAddr, ResolveError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -137,7 +139,7 @@ pub(crate) fn percent_encode_segment(s: &str) -> String {
 pub const FIRST_CREDENTIAL_WAIT: Duration = Duration::from_secs(5);
 
 /// Builds every configured provider, in order; Vertex providers share one Google token source.
-pub fn build_all(configs: &[ProviderConfig]) -> Result<Vec<Arc<Provider>>, String> {
+pub fn build_all(configs: &[ProviderConfig]) -> Result<Vec<Arc<Provider>>, ProviderError> {
     let mut google = None;
     configs
         .iter()
@@ -182,14 +184,14 @@ impl std::fmt::Debug for Provider {
 impl Provider {
     /// Builds a provider from its config section (a Vertex provider gets its own token source;
     /// [`build_all`] shares one).
-    pub fn from_config(cfg: &ProviderConfig) -> Result<Provider, String> {
+    pub fn from_config(cfg: &ProviderConfig) -> Result<Provider, ProviderError> {
         Self::build(cfg, &mut None)
     }
 
     fn build(
         cfg: &ProviderConfig,
         google: &mut Option<Arc<GoogleTokens>>,
-    ) -> Result<Provider, String> {
+    ) -> Result<Provider, ProviderError> {
         let mut tokens = None;
         let (endpoint, credential) = match &cfg.kind {
             ProviderKind::OpenAiCompatible => openai::build(cfg)?,
@@ -211,12 +213,11 @@ impl Provider {
         };
         let endpoint = endpoint.overridden_by(cfg);
         let host_header = endpoint.host_header();
-        let host_value = http::HeaderValue::from_str(&host_header).map_err(|_| {
-            format!(
-                "provider {}: host {host_header:?} is not a valid Host header",
-                cfg.name
-            )
-        })?;
+        let host_value =
+            http::HeaderValue::from_str(&host_header).map_err(|_| ProviderError::HostHeader {
+                provider: cfg.name.clone(),
+                host: host_header.clone(),
+            })?;
         Ok(Provider {
             name: cfg.name.clone(),
             host_value,
@@ -256,7 +257,7 @@ impl Provider {
     }
 
     /// A Pingora peer for this provider, with the address resolved asynchronously.
-    pub async fn peer(&self, settings: &PeerSettings) -> Result<HttpPeer, String> {
+    pub async fn peer(&self, settings: &PeerSettings) -> Result<HttpPeer, ResolveError> {
         let addr = self.addr.get().await?;
         let sni = if self.endpoint.tls {
             self.endpoint.host.clone()

@@ -1,16 +1,20 @@
 //! OpenAI-compatible servers (OpenAI, Groq, vLLM, Ollama, …): `base_url` + optional Bearer key.
 
 use super::credential::{Credential, StaticHeaders};
-use super::{Endpoint, PathStyle};
+use super::{Endpoint, PathStyle, ProviderError};
 use crate::config::ProviderConfig;
 use std::sync::Arc;
 
 /// Endpoint from `base_url` (required for this kind) and a Bearer credential when a key is set.
-pub(super) fn build(cfg: &ProviderConfig) -> Result<(Endpoint, Arc<dyn Credential>), String> {
+pub(super) fn build(
+    cfg: &ProviderConfig,
+) -> Result<(Endpoint, Arc<dyn Credential>), ProviderError> {
     let base = cfg
         .base_url
         .as_ref()
-        .ok_or_else(|| format!("provider.{}: base_url is required", cfg.name))?;
+        .ok_or_else(|| ProviderError::MissingBaseUrl {
+            provider: cfg.name.clone(),
+        })?;
     let endpoint = Endpoint {
         tls: base.tls,
         host: base.host.clone(),
@@ -22,12 +26,15 @@ pub(super) fn build(cfg: &ProviderConfig) -> Result<(Endpoint, Arc<dyn Credentia
 }
 
 /// `Authorization: Bearer {api_key}` when a key is configured, nothing otherwise.
-pub(super) fn bearer(cfg: &ProviderConfig) -> Result<Arc<dyn Credential>, String> {
+pub(super) fn bearer(cfg: &ProviderConfig) -> Result<Arc<dyn Credential>, ProviderError> {
     let pairs = match &cfg.api_key {
         Some(key) => vec![("authorization", format!("Bearer {}", key.expose()))],
         None => vec![],
     };
-    Ok(Arc::new(StaticHeaders::new(pairs).map_err(|e| {
-        format!("provider.{}.api_key: {e}", cfg.name)
+    Ok(Arc::new(StaticHeaders::new(pairs).map_err(|problem| {
+        ProviderError::ApiKey {
+            provider: cfg.name.clone(),
+            problem,
+        }
     })?))
 }

@@ -7,6 +7,25 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+/// Why a provider host has no address to connect to.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The lookup failed.
+    #[error("cannot resolve {host}: {source}")]
+    Lookup {
+        /// The host name.
+        host: String,
+        /// The resolver's error.
+        source: std::io::Error,
+    },
+    /// The lookup succeeded with no address.
+    #[error("cannot resolve {host}: no addresses")]
+    NoAddress {
+        /// The host name.
+        host: String,
+    },
+}
+
 /// How long a resolved address is reused before it is looked up again.
 const TTL: Duration = Duration::from_secs(30);
 
@@ -36,7 +55,7 @@ impl HostAddr {
     }
 
     /// The address to connect to, resolving only when the cache is empty or stale.
-    pub async fn get(&self) -> Result<SocketAddr, String> {
+    pub async fn get(&self) -> Result<SocketAddr, ResolveError> {
         if let Some(addr) = self.literal {
             return Ok(addr);
         }
@@ -49,9 +68,14 @@ impl HostAddr {
         }
         let addr = tokio::net::lookup_host((self.host.as_str(), self.port))
             .await
-            .map_err(|e| format!("cannot resolve {}: {e}", self.host))?
+            .map_err(|source| ResolveError::Lookup {
+                host: self.host.clone(),
+                source,
+            })?
             .next()
-            .ok_or_else(|| format!("cannot resolve {}: no addresses", self.host))?;
+            .ok_or_else(|| ResolveError::NoAddress {
+                host: self.host.clone(),
+            })?;
         if let Ok(mut guard) = self.cached.write() {
             *guard = Some((addr, Instant::now()));
         }
@@ -88,7 +112,8 @@ mod tests {
         let err = HostAddr::new("no-such-host.invalid", 443)
             .get()
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cannot resolve no-such-host.invalid"), "{err}");
     }
 }

@@ -2,7 +2,7 @@
 //! (Application Default Credentials, kept fresh by [`super::gcp::Refresher`]).
 
 use super::gcp::GoogleTokens;
-use super::Endpoint;
+use super::{Endpoint, ProviderError};
 use crate::config::ProviderConfig;
 use std::sync::Arc;
 
@@ -27,12 +27,14 @@ pub(super) fn build(
     project_id: &str,
     location: &str,
     google: &mut Option<Arc<GoogleTokens>>,
-) -> Result<(Endpoint, Arc<GoogleTokens>), String> {
+) -> Result<(Endpoint, Arc<GoogleTokens>), ProviderError> {
     let tokens = match google {
         Some(tokens) => tokens.clone(),
         None => {
-            let tokens = GoogleTokens::from_env()
-                .map_err(|e| format!("provider.{}: Google credentials: {e}", cfg.name))?;
+            let tokens = GoogleTokens::from_env().map_err(|problem| ProviderError::Google {
+                provider: cfg.name.clone(),
+                problem,
+            })?;
             log::info!(
                 "provider.{}: Vertex AI tokens come from {}",
                 cfg.name,

@@ -141,7 +141,7 @@ fn upstream_header(session: &Session, ctx: &mut RequestCtx) -> Result<Box<Reques
     );
     if let Err(why) = prepared {
         ctx.failure = Some(crate::routing::ErrorKind::Auth);
-        return Error::e_explain(ErrorType::HTTPStatus(503), why.0);
+        return Error::e_explain(ErrorType::HTTPStatus(503), why.to_string());
     }
     Ok(Box::new(req))
 }

@@ -159,13 +159,20 @@ async fn upstream_peer(
 ) -> std::result::Result<Box<HttpPeer>, ApiError> {
     if let Err(why) = provider.credential_ready().await {
         ctx.failure = Some(ErrorKind::Auth);
-        return Err(ApiError::credential_unavailable(&provider.name, &why.0));
+        return Err(ApiError::credential_unavailable(
+            &provider.name,
+            &why.to_string(),
+        ));
     }
     match provider.peer(&app.peer_settings).await {
         Ok(peer) => Ok(Box::new(peer)),
         Err(why) => {
             ctx.failure = Some(ErrorKind::Dns);
-            Err(ApiError::upstream(&provider.name, ErrorKind::Dns, &why))
+            Err(ApiError::upstream(
+                &provider.name,
+                ErrorKind::Dns,
+                &why.to_string(),
+            ))
         }
     }
 }

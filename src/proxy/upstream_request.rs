@@ -49,8 +49,8 @@ pub fn upstream_request_filter(
     body_len: usize,
     ids: &RequestIds,
 ) -> Result<(), CredentialError> {
-    let uri = http::Uri::try_from(path_and_query)
-        .map_err(|_| CredentialError("the upstream path is not a valid URI".into()))?;
+    let uri =
+        http::Uri::try_from(path_and_query).map_err(|_| CredentialError::InvalidUpstreamPath)?;
     let mut parts = take_parts(req);
     parts.uri = uri;
     parts.version = http::Version::HTTP_11;

@@ -11,6 +11,7 @@
 //! refresher.
 
 use super::authorized_user::AuthorizedUser;
+use super::error::{DiscoveryError, FileError, TokenError};
 use super::http::TokenRequest;
 use super::metadata::{MetadataServer, DEFAULT_HOST};
 use super::service_account::ServiceAccount;
@@ -44,12 +45,12 @@ pub enum Source {
 
 impl Source {
     /// Finds the credential in ADC order, reading the environment through `env`.
-    pub fn discover(env: &dyn Fn(&str) -> Option<String>) -> Result<Source, String> {
+    pub fn discover(env: &dyn Fn(&str) -> Option<String>) -> Result<Source, DiscoveryError> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         if let Some(path) = var("GOOGLE_APPLICATION_CREDENTIALS") {
             let origin = format!("GOOGLE_APPLICATION_CREDENTIALS={path}");
             return from_file(Path::new(&path), origin.clone())
-                .map_err(|e| format!("{origin}: {e}"));
+                .map_err(|problem| DiscoveryError::File { origin, problem });
         }
         let gcloud_dir = var("CLOUDSDK_CONFIG")
             .map(PathBuf::from)
@@ -58,7 +59,8 @@ impl Source {
             let path = dir.join("application_default_credentials.json");
             if path.exists() {
                 let origin = path.display().to_string();
-                return from_file(&path, origin.clone()).map_err(|e| format!("{origin}: {e}"));
+                return from_file(&path, origin.clone())
+                    .map_err(|problem| DiscoveryError::File { origin, problem });
             }
         }
         let host = var("GCE_METADATA_HOST").unwrap_or_else(|| DEFAULT_HOST.to_string());
@@ -82,7 +84,7 @@ impl Source {
     }
 
     /// The request that fetches a token now (`now` in Unix seconds, for signed assertions).
-    pub fn request(&self, now: u64) -> Result<TokenRequest, String> {
+    pub fn request(&self, now: u64) -> Result<TokenRequest, TokenError> {
         match self {
             Source::ServiceAccount { account, .. } => account.request(now),
             Source::AuthorizedUser { user, .. } => Ok(user.request()),
@@ -92,15 +94,12 @@ impl Source {
 }
 
 /// Reads a credentials file and dispatches on its `type`.
-fn from_file(path: &Path, origin: String) -> Result<Source, String> {
-    let text = std::fs::read(path).map_err(|e| format!("cannot read the file: {e}"))?;
+fn from_file(path: &Path, origin: String) -> Result<Source, FileError> {
+    let text = std::fs::read(path).map_err(FileError::Read)?;
     // Only syntax errors (line and column) are reported: serde's type errors could quote a key.
-    let json: Value = serde_json::from_slice(&text).map_err(|e| {
-        format!(
-            "not a JSON credentials file (line {}, column {})",
-            e.line(),
-            e.column()
-        )
+    let json: Value = serde_json::from_slice(&text).map_err(|e| FileError::NotJson {
+        line: e.line(),
+        column: e.column(),
     })?;
     match required_field(&json, "type")? {
         "service_account" => Ok(Source::ServiceAccount {
@@ -111,33 +110,37 @@ fn from_file(path: &Path, origin: String) -> Result<Source, String> {
             user: AuthorizedUser::from_json(&json)?,
             origin,
         }),
-        other => Err(format!(
-            "credentials of type {:?} are not supported (use service_account or authorized_user, \
-             or unset it to use the metadata server)",
-            other.chars().take(40).collect::<String>()
-        )),
+        other => Err(FileError::UnsupportedType {
+            kind: other.chars().take(40).collect(),
+        }),
     }
 }
 
 /// A string field of a credentials file; the error names the field, never its value.
-pub(super) fn required_field<'a>(json: &'a Value, name: &str) -> Result<&'a str, String> {
-    optional_field(json, name)?.ok_or_else(|| format!("{name} is missing"))
+pub(super) fn required_field<'a>(
+    json: &'a Value,
+    field: &'static str,
+) -> Result<&'a str, FileError> {
+    optional_field(json, field)?.ok_or(FileError::Missing { field })
 }
 
 /// A string field that may be absent.
-pub(super) fn optional_field<'a>(json: &'a Value, name: &str) -> Result<Option<&'a str>, String> {
-    match json.get(name) {
+pub(super) fn optional_field<'a>(
+    json: &'a Value,
+    field: &'static str,
+) -> Result<Option<&'a str>, FileError> {
+    match json.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.is_empty() => Err(format!("{name} is empty")),
+        Some(Value::String(s)) if s.is_empty() => Err(FileError::Empty { field }),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(format!("{name} must be a string")),
+        Some(_) => Err(FileError::NotString { field }),
     }
 }
 
 /// The file's `token_uri`, or Google's default.
-pub(super) fn token_uri(json: &Value) -> Result<BaseUrl, String> {
+pub(super) fn token_uri(json: &Value) -> Result<BaseUrl, FileError> {
     let uri = optional_field(json, "token_uri")?.unwrap_or(DEFAULT_TOKEN_URI);
-    BaseUrl::parse(uri).map_err(|e| format!("token_uri is not a usable URL: {e}"))
+    BaseUrl::parse(uri).map_err(FileError::TokenUri)
 }
 
 #[cfg(test)]
@@ -157,7 +160,7 @@ mod tests {
         d
     }
 
-    fn discover(vars: &[(&str, &str)]) -> Result<Source, String> {
+    fn discover(vars: &[(&str, &str)]) -> Result<Source, DiscoveryError> {
         let map: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -230,7 +233,8 @@ mod tests {
         let missing = d.join("missing.json");
         let err = discover(&[("GOOGLE_APPLICATION_CREDENTIALS", missing.to_str().unwrap())])
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(err.starts_with("GOOGLE_APPLICATION_CREDENTIALS="), "{err}");
         assert!(err.contains("cannot read the file"), "{err}");
         let f = d.join("f.json");
@@ -252,7 +256,8 @@ mod tests {
             std::fs::write(&f, content).unwrap();
             let err = discover(&[("GOOGLE_APPLICATION_CREDENTIALS", f.to_str().unwrap())])
                 .err()
-                .unwrap();
+                .unwrap()
+                .to_string();
             assert!(err.contains(expected), "{err}");
             assert!(!err.contains("secret") && !err.contains("s3cr3t"), "{err}");
         }

@@ -1,6 +1,7 @@
 //! User credentials from `gcloud auth application-default login`: a refresh-token grant.
 
 use super::adc::{required_field, token_uri};
+use super::error::FileError;
 use super::http::{form_encode, TokenRequest};
 use crate::config::{BaseUrl, Secret};
 use serde_json::Value;
@@ -24,7 +25,7 @@ impl std::fmt::Debug for AuthorizedUser {
 
 impl AuthorizedUser {
     /// Reads `client_id`, `client_secret`, `refresh_token` and (optionally) `token_uri`.
-    pub fn from_json(json: &Value) -> Result<AuthorizedUser, String> {
+    pub fn from_json(json: &Value) -> Result<AuthorizedUser, FileError> {
         Ok(AuthorizedUser {
             client_id: required_field(json, "client_id")?.to_string(),
             client_secret: Secret::new(required_field(json, "client_secret")?),
@@ -85,7 +86,8 @@ mod tests {
     fn missing_fields_are_named() {
         let err = AuthorizedUser::from_json(&serde_json::json!({"client_id": "x"}))
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert_eq!(err, "client_secret is missing");
     }
 }

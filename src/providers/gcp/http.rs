@@ -3,6 +3,7 @@
 //! Token endpoints need one small request and a small JSON answer, so sturnus reuses Pingora's
 //! connector (and its rustls with sturnus's trust roots) instead of linking a second HTTP stack.
 
+use super::error::ExchangeError;
 use crate::config::{BaseUrl, Secret};
 use crate::providers::percent_encode_segment;
 use crate::providers::resolve::HostAddr;
@@ -56,14 +57,16 @@ impl HttpClient {
     }
 
     /// Sends `req` and reads the whole answer; errors are short and free of secrets.
-    pub async fn send(&self, req: &TokenRequest) -> Result<Answer, String> {
+    pub async fn send(&self, req: &TokenRequest) -> Result<Answer, ExchangeError> {
         match tokio::time::timeout(EXCHANGE_TIMEOUT, self.exchange(req)).await {
             Ok(result) => result,
-            Err(_) => Err(format!("no answer within {}s", EXCHANGE_TIMEOUT.as_secs())),
+            Err(_) => Err(ExchangeError::Timeout {
+                secs: EXCHANGE_TIMEOUT.as_secs(),
+            }),
         }
     }
 
-    async fn exchange(&self, req: &TokenRequest) -> Result<Answer, String> {
+    async fn exchange(&self, req: &TokenRequest) -> Result<Answer, ExchangeError> {
         let url = &req.url;
         let addr = HostAddr::new(&url.host, url.port).get().await?;
         let sni = if url.tls {
@@ -83,11 +86,11 @@ impl HttpClient {
             .connector
             .get_http_session(&peer)
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(ExchangeError::Io)?;
 
         let path = if url.path.is_empty() { "/" } else { &url.path };
         let mut header = RequestHeader::build(req.method, path.as_bytes(), None)
-            .map_err(|_| "cannot build the request".to_string())?;
+            .map_err(|_| ExchangeError::BuildRequest)?;
         let body = req.form.as_ref().map(|f| f.expose().as_bytes().to_vec());
         let mut fixed = vec![
             ("host", url.host_header()),
@@ -109,10 +112,10 @@ impl HttpClient {
         {
             header
                 .insert_header(name, value)
-                .map_err(|_| format!("cannot set header {name}"))?;
+                .map_err(|_| ExchangeError::Header { name })?;
         }
 
-        let io = |e: Box<pingora_core::Error>| describe(&e);
+        let io = ExchangeError::Io;
         session
             .write_request_header(Box::new(header))
             .await
@@ -128,11 +131,11 @@ impl HttpClient {
         let status = session
             .response_header()
             .map(|h| h.status.as_u16())
-            .ok_or("no response header")?;
+            .ok_or(ExchangeError::NoResponseHeader)?;
         let mut out = Vec::new();
         while let Some(chunk) = session.read_response_body().await.map_err(io)? {
             if out.len() + chunk.len() > MAX_ANSWER {
-                return Err(format!("the answer is larger than {MAX_ANSWER} bytes"));
+                return Err(ExchangeError::TooLarge { limit: MAX_ANSWER });
             }
             out.extend_from_slice(&chunk);
             if session.response_done() {
@@ -145,7 +148,7 @@ impl HttpClient {
 }
 
 /// A short, secret-free description of a Pingora connect or I/O error.
-fn describe(e: &pingora_core::Error) -> String {
+pub(super) fn describe(e: &pingora_core::Error) -> String {
     let mut text = e.etype().as_str().to_string();
     if let Some(cause) = e.root_cause().to_string().lines().next() {
         if !cause.is_empty() && cause != text {
@@ -261,7 +264,8 @@ mod tests {
             })
             .await
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(err.contains("Connect"), "{err}");
     }
 }

@@ -1,6 +1,7 @@
 //! The GCE / GKE metadata server: tokens for the attached service account (on GKE, the Kubernetes
 //! service account's Workload Identity), fetched with `Metadata-Flavor: Google`.
 
+use super::error::DiscoveryError;
 use super::http::TokenRequest;
 use crate::config::BaseUrl;
 
@@ -17,17 +18,21 @@ pub struct MetadataServer {
 
 impl MetadataServer {
     /// The server at `host` (`name` or `name:port`, as in `GCE_METADATA_HOST`).
-    pub fn new(host: &str) -> Result<MetadataServer, String> {
+    pub fn new(host: &str) -> Result<MetadataServer, DiscoveryError> {
         let host = host.trim();
         let host = host.strip_prefix("http://").unwrap_or(host);
         let host = host.trim_end_matches('/');
         if host.is_empty() || host.contains('/') {
-            return Err(format!(
-                "GCE_METADATA_HOST must be a host or host:port, not {host:?}"
-            ));
+            return Err(DiscoveryError::MetadataHost {
+                host: host.to_string(),
+            });
         }
-        let url = BaseUrl::parse(&format!("http://{host}{TOKEN_PATH}"))
-            .map_err(|e| format!("GCE_METADATA_HOST={host}: {e}"))?;
+        let url = BaseUrl::parse(&format!("http://{host}{TOKEN_PATH}")).map_err(|problem| {
+            DiscoveryError::MetadataUrl {
+                host: host.to_string(),
+                problem,
+            }
+        })?;
         Ok(MetadataServer { url })
     }
 

@@ -9,6 +9,7 @@
 
 pub mod adc;
 pub mod authorized_user;
+pub mod error;
 pub mod http;
 pub mod metadata;
 pub mod refresher;
@@ -18,6 +19,7 @@ pub mod token;
 
 use crate::providers::credential::{Credential, CredentialError, Pending};
 use adc::Source;
+pub use error::{DiscoveryError, FetchError, TokenError};
 use std::sync::Arc;
 use std::time::Instant;
 use token::TokenCell;
@@ -36,12 +38,14 @@ pub struct GoogleTokens {
 
 impl GoogleTokens {
     /// Finds the credential in ADC order from the process environment.
-    pub fn from_env() -> Result<Arc<GoogleTokens>, String> {
+    pub fn from_env() -> Result<Arc<GoogleTokens>, DiscoveryError> {
         Self::discover(&|name| std::env::var(name).ok())
     }
 
     /// Finds the credential in ADC order, reading variables through `env`.
-    pub fn discover(env: &dyn Fn(&str) -> Option<String>) -> Result<Arc<GoogleTokens>, String> {
+    pub fn discover(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Arc<GoogleTokens>, DiscoveryError> {
         Ok(Arc::new(GoogleTokens {
             source: Source::discover(env)?,
             cell: TokenCell::new(),
@@ -60,7 +64,7 @@ impl GoogleTokens {
 
     /// Fetches one token and stores it; returns when to refresh it. The error names the source
     /// and the failure, never a secret.
-    pub async fn fetch(&self, client: &http::HttpClient) -> Result<Instant, String> {
+    pub async fn fetch(&self, client: &http::HttpClient) -> Result<Instant, FetchError> {
         let started = Instant::now();
         let now = crate::clock::unix_now().as_secs();
         let outcome = async {
@@ -70,7 +74,10 @@ impl GoogleTokens {
             self.cell.store(fetched, started)
         }
         .await;
-        outcome.map_err(|e| format!("fetching a token from {} failed: {e}", self.describe()))
+        outcome.map_err(|problem| FetchError {
+            from: self.describe(),
+            problem,
+        })
     }
 }
 

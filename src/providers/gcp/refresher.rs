@@ -90,7 +90,7 @@ async fn keep_fresh(
                         "{why} (attempt {failures}; retrying in {:.1}s)",
                         delay.as_secs_f64()
                     );
-                    tokens.cell().fail(why);
+                    tokens.cell().fail(why.to_string());
                     delay
                 }
             },

@@ -1,6 +1,7 @@
 //! Reading token endpoint answers: `{"access_token","expires_in","token_type"}` on success,
 //! OAuth's `{"error","error_description"}` on failure. Error messages never carry the token.
 
+use super::error::AnswerError;
 use crate::config::Secret;
 use serde_json::Value;
 use std::time::Duration;
@@ -17,26 +18,28 @@ pub struct Fetched {
 }
 
 /// Turns an HTTP status and body from a token endpoint into a token or a secret-free error.
-pub fn parse(status: u16, body: &[u8]) -> Result<Fetched, String> {
+pub fn parse(status: u16, body: &[u8]) -> Result<Fetched, AnswerError> {
     let json: Option<Value> = serde_json::from_slice(body).ok();
     if status != 200 {
         return Err(match json.as_ref().and_then(oauth_error) {
-            Some(detail) => format!("HTTP {status}: {detail}"),
-            None => format!("HTTP {status}{}", text_snippet(body)),
+            Some(detail) => AnswerError::Refused { status, detail },
+            None => AnswerError::Failed {
+                status,
+                excerpt: text_snippet(body),
+            },
         });
     }
-    let json = json.ok_or("the answer is not JSON")?;
+    let json = json.ok_or(AnswerError::NotJson)?;
     let token = json
         .get("access_token")
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
-        .ok_or("the answer has no access_token")?;
+        .ok_or(AnswerError::NoAccessToken)?;
     if let Some(kind) = json.get("token_type").and_then(Value::as_str) {
         if !kind.eq_ignore_ascii_case("bearer") {
-            return Err(format!(
-                "the answer has token_type {:?}, expected Bearer",
-                kind.chars().take(20).collect::<String>()
-            ));
+            return Err(AnswerError::TokenType {
+                kind: kind.chars().take(20).collect(),
+            });
         }
     }
     let lifetime = match json.get("expires_in") {
@@ -45,7 +48,7 @@ pub fn parse(status: u16, body: &[u8]) -> Result<Fetched, String> {
             .as_f64()
             .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
             .map(Duration::from_secs_f64)
-            .ok_or("the answer's expires_in is not a number of seconds")?,
+            .ok_or(AnswerError::ExpiresIn)?,
     };
     Ok(Fetched {
         token: Secret::new(token),
@@ -110,18 +113,20 @@ mod tests {
             br#"{"error":"invalid_grant","error_description":"Invalid JWT Signature."}"#,
         )
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
         assert_eq!(e, "HTTP 400: invalid_grant: Invalid JWT Signature.");
         let e = parse(
             403,
             br#"{"error":{"code":403,"message":"denied","status":"PERMISSION_DENIED"}}"#,
         )
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
         assert_eq!(e, "HTTP 403: PERMISSION_DENIED");
-        let e = parse(404, b"Not Found\nmore").err().unwrap();
+        let e = parse(404, b"Not Found\nmore").err().unwrap().to_string();
         assert_eq!(e, "HTTP 404: Not Found");
-        assert_eq!(parse(500, b"").err().unwrap(), "HTTP 500");
+        assert_eq!(parse(500, b"").err().unwrap().to_string(), "HTTP 500");
     }
 
     #[test]
@@ -131,10 +136,18 @@ mod tests {
             br#"{"access_token":"ya29.s","expires_in":"soon"}"#,
             br#"{"access_token":"ya29.s","expires_in":-1}"#,
         ] {
-            let e = parse(200, body).err().unwrap();
+            let e = parse(200, body).err().unwrap().to_string();
             assert!(!e.contains("ya29"), "{e}");
         }
-        assert!(parse(200, b"<html>").err().unwrap().contains("not JSON"));
-        assert!(parse(200, b"{}").err().unwrap().contains("no access_token"));
+        assert!(parse(200, b"<html>")
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("not JSON"));
+        assert!(parse(200, b"{}")
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("no access_token"));
     }
 }

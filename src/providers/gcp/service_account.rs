@@ -2,6 +2,7 @@
 //! (OAuth 2.0 JWT bearer grant, RFC 7523).
 
 use super::adc::{optional_field, required_field, token_uri};
+use super::error::{FileError, TokenError};
 use super::http::{form_encode, TokenRequest};
 use super::SCOPE;
 use crate::config::BaseUrl;
@@ -43,11 +44,10 @@ struct Claims<'a> {
 
 impl ServiceAccount {
     /// Reads `client_email`, `private_key`, `private_key_id` and `token_uri` from a key file.
-    pub fn from_json(json: &Value) -> Result<ServiceAccount, String> {
+    pub fn from_json(json: &Value) -> Result<ServiceAccount, FileError> {
         let email = required_field(json, "client_email")?.to_string();
         let pem = required_field(json, "private_key")?;
-        let key = EncodingKey::from_rsa_pem(pem.as_bytes())
-            .map_err(|_| "private_key is not a PEM-encoded RSA private key".to_string())?;
+        let key = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|_| FileError::PrivateKey)?;
         Ok(ServiceAccount {
             email,
             key_id: optional_field(json, "private_key_id")?.map(str::to_string),
@@ -67,7 +67,7 @@ impl ServiceAccount {
     }
 
     /// The signed assertion for a token requested at `now` (Unix seconds).
-    pub fn assertion(&self, now: u64) -> Result<String, String> {
+    pub fn assertion(&self, now: u64) -> Result<String, TokenError> {
         let mut header = Header::new(Algorithm::RS256);
         header.kid = self.key_id.clone();
         let claims = Claims {
@@ -77,12 +77,11 @@ impl ServiceAccount {
             iat: now,
             exp: now + ASSERTION_LIFETIME_SECS,
         };
-        jsonwebtoken::encode(&header, &claims, &self.key)
-            .map_err(|e| format!("cannot sign the service-account assertion: {e}"))
+        jsonwebtoken::encode(&header, &claims, &self.key).map_err(TokenError::Sign)
     }
 
     /// The token request for `now` (Unix seconds): the assertion POSTed to `token_uri`.
-    pub fn request(&self, now: u64) -> Result<TokenRequest, String> {
+    pub fn request(&self, now: u64) -> Result<TokenRequest, TokenError> {
         let assertion = self.assertion(now)?;
         Ok(TokenRequest {
             method: "POST",
@@ -154,18 +153,18 @@ mod tests {
         let mut f = key_file();
         f["private_key"] =
             "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n".into();
-        let err = ServiceAccount::from_json(&f).err().unwrap();
+        let err = ServiceAccount::from_json(&f).err().unwrap().to_string();
         assert_eq!(err, "private_key is not a PEM-encoded RSA private key");
         let mut f = key_file();
         f.as_object_mut().unwrap().remove("client_email");
         assert_eq!(
-            ServiceAccount::from_json(&f).err().unwrap(),
+            ServiceAccount::from_json(&f).err().unwrap().to_string(),
             "client_email is missing"
         );
         let mut f = key_file();
         f["client_email"] = 5.into();
         assert_eq!(
-            ServiceAccount::from_json(&f).err().unwrap(),
+            ServiceAccount::from_json(&f).err().unwrap().to_string(),
             "client_email must be a string"
         );
     }

@@ -4,6 +4,7 @@
 //! network once a token exists. The schedule (when to refresh, until when a token may be used)
 //! is a pure function of the fetch time and the token's lifetime.
 
+use super::error::TokenError;
 use super::response::Fetched;
 use crate::providers::credential::{CredentialError, Pending};
 use http::header::HeaderValue;
@@ -24,6 +25,30 @@ pub fn schedule(fetched_at: Instant, lifetime: Duration) -> (Instant, Instant, I
     let refresh_at = expires_at - REFRESH_MARGIN.min(lifetime / 2);
     let usable_until = expires_at - USE_MARGIN.min(lifetime / 8);
     (refresh_at, usable_until, expires_at)
+}
+
+/// Why no usable Google access token exists right now; the fetch error it carries is
+/// secret-free.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenUnavailable {
+    /// No token yet, and the first fetch is still running.
+    #[error("no Google access token yet: the first fetch has not finished")]
+    FirstFetchPending,
+    /// No token yet, and the last fetch failed.
+    #[error("no Google access token: {last_error}")]
+    FetchFailed {
+        /// Why the last fetch failed.
+        last_error: String,
+    },
+    /// The token expired and its refresh has not ended yet.
+    #[error("the Google access token expired and no fresh one has been fetched yet")]
+    RefreshPending,
+    /// The token expired and the last refresh failed.
+    #[error("the Google access token expired and could not be refreshed: {last_error}")]
+    RefreshFailed {
+        /// Why the last fetch failed.
+        last_error: String,
+    },
 }
 
 /// One access token as an `Authorization` header value, with its schedule.
@@ -66,9 +91,9 @@ impl TokenCell {
     }
 
     /// Stores a freshly fetched token (requested at `fetched_at`); returns when to refresh it.
-    pub fn store(&self, fetched: Fetched, fetched_at: Instant) -> Result<Instant, String> {
+    pub fn store(&self, fetched: Fetched, fetched_at: Instant) -> Result<Instant, TokenError> {
         let mut header = HeaderValue::try_from(format!("Bearer {}", fetched.token.expose()))
-            .map_err(|_| "the token endpoint returned an access token with invalid characters")?;
+            .map_err(|_| TokenError::InvalidToken)?;
         header.set_sensitive(true);
         let (refresh_at, usable_until, _) = schedule(fetched_at, fetched.lifetime);
         let issued = Arc::new(Issued {
@@ -135,17 +160,11 @@ impl TokenCell {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        CredentialError(match (had_token, last) {
-            (false, Some(e)) => format!("no Google access token: {e}"),
-            (true, Some(e)) => {
-                format!("the Google access token expired and could not be refreshed: {e}")
-            }
-            (false, None) => {
-                "no Google access token yet: the first fetch has not finished".to_string()
-            }
-            (true, None) => {
-                "the Google access token expired and no fresh one has been fetched yet".to_string()
-            }
+        CredentialError::NotReady(match (had_token, last) {
+            (false, Some(last_error)) => TokenUnavailable::FetchFailed { last_error },
+            (true, Some(last_error)) => TokenUnavailable::RefreshFailed { last_error },
+            (false, None) => TokenUnavailable::FirstFetchPending,
+            (true, None) => TokenUnavailable::RefreshPending,
         })
     }
 }
@@ -185,11 +204,15 @@ mod tests {
         let cell = TokenCell::new();
         assert!(cell.pending().is_some());
         let err = cell.ready().unwrap_err();
-        assert!(err.0.contains("first fetch has not finished"), "{err}");
+        assert_eq!(
+            err,
+            CredentialError::NotReady(TokenUnavailable::FirstFetchPending)
+        );
+        assert!(err.to_string().contains("first fetch has not finished"));
         cell.fail("fetching from the metadata server failed: refused".into());
         assert!(cell.pending().is_none());
         assert_eq!(
-            cell.ready().unwrap_err().0,
+            cell.ready().unwrap_err().to_string(),
             "no Google access token: fetching from the metadata server failed: refused"
         );
     }
@@ -213,12 +236,12 @@ mod tests {
         let cell = TokenCell::new();
         let long_ago = Instant::now() - Duration::from_secs(100);
         cell.store(fetched("ya29.old", 60), long_ago).unwrap();
-        let err = cell.ready().unwrap_err();
-        assert!(err.0.contains("expired"), "{err}");
-        assert!(!err.0.contains("ya29"));
+        let err = cell.ready().unwrap_err().to_string();
+        assert!(err.contains("expired"), "{err}");
+        assert!(!err.contains("ya29"));
         cell.fail("HTTP 500".into());
         assert_eq!(
-            cell.ready().unwrap_err().0,
+            cell.ready().unwrap_err().to_string(),
             "the Google access token expired and could not be refreshed: HTTP 500"
         );
     }
@@ -227,7 +250,8 @@ mod tests {
     fn tokens_with_bad_characters_are_refused_without_echoing_them() {
         let err = TokenCell::new()
             .store(fetched("bad\ntoken", 60), Instant::now())
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("bad"), "{err}");
     }
 }
