@@ -10,6 +10,7 @@ pub mod credential;
 pub mod gcp;
 mod google_ai;
 mod openai;
+pub mod ratelimit;
 pub mod resolve;
 pub mod tls;
 mod vertex;
