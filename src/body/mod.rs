@@ -93,9 +93,19 @@ pub struct Inspected {
     model_span: Range<usize>,
 }
 
-/// Validate a request body and extract the model alias and stream flag.
+/// Validate a request body and extract the model alias, the stream flag and the conversation key.
 pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
-    let scan = scan::scan(body)?;
+    inspect_as::<true>(body)
+}
+
+/// As [`inspect`], without looking for a conversation key (`conversation_key` is `None`): for
+/// routing that does not use it, and the baseline of the key's cost in the benchmark.
+pub fn inspect_unkeyed(body: &[u8]) -> Result<Inspected, BodyError> {
+    inspect_as::<false>(body)
+}
+
+fn inspect_as<const KEY: bool>(body: &[u8]) -> Result<Inspected, BodyError> {
+    let scan = scan::scan::<KEY>(body)?;
     if !scan.top_is_object {
         return Err(BodyError::NotAnObject);
     }

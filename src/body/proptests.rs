@@ -324,6 +324,11 @@ fn top_level_model_keys(bytes: &[u8]) -> usize {
 /// `inspect` must reach the same verdict as serde_json (last duplicate wins) on any bytes.
 fn check_agreement(bytes: &[u8]) -> Result<(), TestCaseError> {
     let ours = inspect(bytes);
+    let unkeyed = ours.clone().map(|i| Inspected {
+        conversation_key: None,
+        ..i
+    });
+    prop_assert_eq!(inspect_unkeyed(bytes), unkeyed);
     let theirs = match serde_json::from_slice::<Value>(bytes) {
         // serde_json rejects floats beyond f64 range (e.g. 1e400); RFC 8259 does not.
         Err(e) if e.to_string().contains("number out of range") => return Ok(()),
@@ -448,6 +453,8 @@ proptest! {
         let ins = inspect(c.text.as_bytes())
             .map_err(|e| TestCaseError::fail(format!("rejected: {e}")))?;
         prop_assert_eq!(ins.conversation_key, Some(conversation_key(c.opening.as_bytes())));
+        let unkeyed = inspect_unkeyed(c.text.as_bytes()).map(|i| i.conversation_key);
+        prop_assert_eq!(unkeyed, Ok(None));
     }
 
     #[test]

@@ -56,8 +56,9 @@ struct Scanner<'a> {
     objects: u128,
 }
 
-/// Validate `b` as one strict JSON text and collect the top-level facts routing needs.
-pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
+/// Validate `b` as one strict JSON text and collect the top-level facts routing needs; the
+/// conversation's opening too when `OPENING`.
+pub(super) fn scan<const OPENING: bool>(b: &[u8]) -> Result<Scan, BodyError> {
     let mut s = Scanner {
         b,
         i: 0,
@@ -82,7 +83,9 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
             Key::Model if c != b'"' => out.model = Some(ModelValue::NotString),
             Key::Stream => out.stream = c == b't',
             Key::Conversation => opening.list_starts(c == b'['),
-            _ if s.depth == 2 && opening.in_list() => opening.message_starts(c == b'{', s.i),
+            _ if OPENING && s.depth == 2 && opening.in_list() => {
+                opening.message_starts(c == b'{', s.i)
+            }
             _ => {}
         }
         match c {
@@ -92,10 +95,12 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
                 match s.peek() {
                     Some(b'}') => {
                         s.pop();
-                        opening.closed(s.depth, s.i);
+                        if OPENING {
+                            opening.closed(s.depth, s.i);
+                        }
                     }
                     Some(b'"') => {
-                        pending = s.member_key(opening.in_list())?;
+                        pending = s.member_key::<OPENING>(opening.in_list())?;
                         continue 'value;
                     }
                     _ => return Err(s.fail(s.i, "expected '\"' or '}'")),
@@ -106,7 +111,9 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
                 s.skip_ws();
                 if s.peek() == Some(b']') {
                     s.pop();
-                    opening.closed(s.depth, s.i);
+                    if OPENING {
+                        opening.closed(s.depth, s.i);
+                    }
                 } else {
                     continue 'value;
                 }
@@ -152,7 +159,7 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
                         if s.peek() != Some(b'"') {
                             return Err(s.fail(s.i, "expected '\"' after ','"));
                         }
-                        pending = s.member_key(opening.in_list())?;
+                        pending = s.member_key::<OPENING>(opening.in_list())?;
                     }
                     continue 'value;
                 }
@@ -161,7 +168,9 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
                 _ if in_object => return Err(s.fail(s.i, "expected ',' or '}'")),
                 _ => return Err(s.fail(s.i, "expected ',' or ']'")),
             }
-            opening.closed(s.depth, s.i);
+            if OPENING {
+                opening.closed(s.depth, s.i);
+            }
         }
         break;
     }
@@ -214,8 +223,8 @@ impl Scanner<'_> {
     }
 
     /// Parse an object key at `self.i` (a '"') plus the following ':'; classify top-level keys,
-    /// and "role" in a conversation's messages when `in_list`.
-    fn member_key(&mut self, in_list: bool) -> Result<Key, BodyError> {
+    /// and (when `OPENING`) the conversation's list and "role" in its messages when `in_list`.
+    fn member_key<const OPENING: bool>(&mut self, in_list: bool) -> Result<Key, BodyError> {
         let (span, escaped) = self.string()?;
         let raw = &self.b[span];
         let is = |name: &[u8]| {
@@ -228,8 +237,8 @@ impl Scanner<'_> {
         let key = match self.depth {
             1 if is(b"model") => Key::Model,
             1 if is(b"stream") => Key::Stream,
-            1 if is(b"messages") || is(b"input") => Key::Conversation,
-            3 if in_list && is(b"role") => Key::Role,
+            1 if OPENING && (is(b"messages") || is(b"input")) => Key::Conversation,
+            3 if OPENING && in_list && is(b"role") => Key::Role,
             _ => Key::Other,
         };
         self.skip_ws();
