@@ -125,14 +125,7 @@ pub(super) fn scan<const OPENING: bool>(b: &[u8]) -> Result<Scan, BodyError> {
                         out.model = Some(ModelValue::Str { span, escaped });
                     }
                     Key::Role => {
-                        let raw = &b[span];
-                        let is = |name: &[u8]| {
-                            if escaped {
-                                decoded_eq(raw, name)
-                            } else {
-                                raw == name
-                            }
-                        };
+                        let is = |name: &[u8]| spelled(&b[span.clone()], escaped, name);
                         opening.role(is(b"system") || is(b"developer"));
                     }
                     _ => {}
@@ -182,6 +175,15 @@ pub(super) fn scan<const OPENING: bool>(b: &[u8]) -> Result<Scan, BodyError> {
     Ok(out)
 }
 
+/// Whether string contents `raw` (with escapes when `escaped`) spell `name`.
+fn spelled(raw: &[u8], escaped: bool, name: &[u8]) -> bool {
+    if escaped {
+        decoded_eq(raw, name)
+    } else {
+        raw == name
+    }
+}
+
 impl Scanner<'_> {
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
@@ -226,14 +228,7 @@ impl Scanner<'_> {
     /// and (when `OPENING`) the conversation's list and "role" in its messages when `in_list`.
     fn member_key<const OPENING: bool>(&mut self, in_list: bool) -> Result<Key, BodyError> {
         let (span, escaped) = self.string()?;
-        let raw = &self.b[span];
-        let is = |name: &[u8]| {
-            if escaped {
-                decoded_eq(raw, name)
-            } else {
-                raw == name
-            }
-        };
+        let is = |name: &[u8]| spelled(&self.b[span.clone()], escaped, name);
         let key = match self.depth {
             1 if is(b"model") => Key::Model,
             1 if is(b"stream") => Key::Stream,
