@@ -1,5 +1,7 @@
 //! Body splice throughput: strict JSON validation of the whole body plus the byte-exact
-//! `model` splice, on a 1 KB and a 1 MB chat body (target: ≥ 1 GB/s on 1 MB).
+//! `model` splice, on a 1 KB and a 1 MB chat body (target: ≥ 1 GB/s on 1 MB); and the cost of
+//! the conversation key: the scan with it against the scan without, on 1 MB bodies (target:
+//! ≤ 1.1 ×).
 //!
 //! `cargo bench --bench splice`
 
@@ -54,5 +56,34 @@ fn splice(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, splice);
+/// A 1 MB chat body whose opening is one system message of nearly the whole size: the most the
+/// key can hash.
+fn long_system_prompt_body(size: usize) -> Vec<u8> {
+    let prompt = "You are a careful assistant. ".repeat(size / 30);
+    format!(
+        r#"{{"model": "fast", "messages": [{{"role": "system", "content": "{prompt}"}}, {{"role": "user", "content": "hi"}}], "stream": true}}"#
+    )
+    .into_bytes()
+}
+
+fn conversation_key(c: &mut Criterion) {
+    let mut group = c.benchmark_group("conversation_key");
+    let bodies = [
+        ("1 MB chat, 4 KB opening", chat_body(1 << 20)),
+        ("1 MB system prompt", long_system_prompt_body(1 << 20)),
+    ];
+    for (label, body) in &bodies {
+        assert!(body::inspect(body).unwrap().conversation_key.is_some());
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::new("with key", label), body, |b, body| {
+            b.iter(|| body::inspect(black_box(body)).unwrap())
+        });
+        group.bench_with_input(BenchmarkId::new("without key", label), body, |b, body| {
+            b.iter(|| body::inspect_unkeyed(black_box(body)).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, splice, conversation_key);
 criterion_main!(benches);

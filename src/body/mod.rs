@@ -4,8 +4,13 @@
 //! RFC 8259 JSON in one pass ([`inspect`]), learns the alias and whether the client wants a stream,
 //! and then forwards the body with *only* the bytes of the top-level "model" string value replaced
 //! by the chosen provider model ([`Inspected::splice`]); every other byte (key order, whitespace,
-//! number text, escapes, nested "model" keys) reaches the provider untouched.
+//! number text, escapes, nested "model" keys) reaches the provider untouched. A body with two
+//! top-level "model" keys is refused: sturnus and the provider could read different ones.
+//!
+//! The same pass finds the opening messages of a conversation and hashes them into
+//! [`Inspected::conversation_key`], so the turns of one conversation can be kept together.
 
+mod opening;
 mod scan;
 mod strings;
 
@@ -27,8 +32,10 @@ pub enum BodyError {
     NotAnObject,
     /// The top-level object has no "model" member.
     MissingModel,
-    /// The (last) top-level "model" member is not a string.
+    /// The top-level "model" member is not a string.
     ModelNotString,
+    /// More than one top-level "model" member; `offset` is where the second one's value starts.
+    DuplicateModel { offset: usize },
     /// Containers nest deeper than [`MAX_DEPTH`].
     TooDeep,
 }
@@ -45,6 +52,11 @@ impl fmt::Display for BodyError {
             BodyError::NotAnObject => f.write_str("request body must be a JSON object"),
             BodyError::MissingModel => f.write_str("missing required parameter: 'model'"),
             BodyError::ModelNotString => f.write_str("'model' must be a string"),
+            BodyError::DuplicateModel { offset } => write!(
+                f,
+                "duplicate parameter 'model': the request body has more than one top-level \
+                 'model' key (another at byte {offset}); send exactly one"
+            ),
             BodyError::TooDeep => write!(
                 f,
                 "request body is not valid JSON: nesting exceeds {MAX_DEPTH} levels"
@@ -59,7 +71,9 @@ impl BodyError {
     /// The request parameter at fault, for the OpenAI error object's `param` field.
     pub fn param(&self) -> Option<&'static str> {
         match self {
-            BodyError::MissingModel | BodyError::ModelNotString => Some("model"),
+            BodyError::MissingModel
+            | BodyError::ModelNotString
+            | BodyError::DuplicateModel { .. } => Some("model"),
             _ => None,
         }
     }
@@ -68,30 +82,46 @@ impl BodyError {
 /// What routing needs to know about a request body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inspected {
-    /// The requested model alias (unescaped), from the last top-level "model" member.
+    /// The requested model alias (unescaped), from the top-level "model" member.
     pub model: String,
     /// Whether the last top-level "stream" member is the literal `true`.
     pub stream: bool,
-    /// Byte ranges of the contents (between the quotes) of each top-level "model" string value.
-    model_spans: Vec<Range<usize>>,
+    /// Hash of the conversation's opening messages (the same on every turn of a conversation),
+    /// or `None` for a request that has none (embeddings, a string prompt).
+    pub conversation_key: Option<u64>,
+    /// Byte range of the contents (between the quotes) of the top-level "model" string value.
+    model_span: Range<usize>,
 }
 
-/// Validate a request body and extract the model alias and stream flag.
+/// Validate a request body and extract the model alias, the stream flag and the conversation key.
 pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
-    let scan = scan::scan(body)?;
+    inspect_as::<true>(body)
+}
+
+/// As [`inspect`], without looking for a conversation key (`conversation_key` is `None`): for
+/// routing that does not use it, and the baseline of the key's cost in the benchmark.
+pub fn inspect_unkeyed(body: &[u8]) -> Result<Inspected, BodyError> {
+    inspect_as::<false>(body)
+}
+
+fn inspect_as<const KEY: bool>(body: &[u8]) -> Result<Inspected, BodyError> {
+    let scan = scan::scan::<KEY>(body)?;
     if !scan.top_is_object {
         return Err(BodyError::NotAnObject);
     }
-    let (span, escaped) = match scan.last_model {
+    if let Some(offset) = scan.duplicate_model_at {
+        return Err(BodyError::DuplicateModel { offset });
+    }
+    let (span, escaped) = match scan.model {
         None => return Err(BodyError::MissingModel),
-        Some(scan::LastModel::NotString) => return Err(BodyError::ModelNotString),
-        Some(scan::LastModel::Str { span, escaped }) => (span, escaped),
+        Some(scan::ModelValue::NotString) => return Err(BodyError::ModelNotString),
+        Some(scan::ModelValue::Str { span, escaped }) => (span, escaped),
     };
     let bad = BodyError::InvalidJson {
         offset: span.start,
         reason: "invalid string",
     };
-    let raw = body.get(span).ok_or_else(|| bad.clone())?;
+    let raw = body.get(span.clone()).ok_or_else(|| bad.clone())?;
     let model = if escaped {
         strings::unescape(raw, usize::MAX).and_then(|v| String::from_utf8(v).ok())
     } else {
@@ -100,14 +130,27 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
     Ok(Inspected {
         model: model.ok_or(bad)?,
         stream: scan.stream,
-        model_spans: scan.model_spans,
+        conversation_key: scan
+            .opening
+            .and_then(|range| body.get(range))
+            .map(conversation_key),
+        model_span: span,
     })
 }
 
+/// Seed of the conversation-key hash: a constant, so every sidecar derives the same key.
+const CONVERSATION_SEED: u64 = 0x7374_7572_6e75_7321;
+
+/// The 64-bit key of a conversation whose opening messages are the bytes `opening`.
+pub fn conversation_key(opening: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(CONVERSATION_SEED).hash_one(opening)
+}
+
 impl Inspected {
-    /// Byte ranges of the contents of every top-level "model" string value, in order.
+    /// Byte range of the contents of the top-level "model" string value (one element).
     pub fn model_spans(&self) -> &[Range<usize>] {
-        &self.model_spans
+        std::slice::from_ref(&self.model_span)
     }
 
     /// Body with every top-level model string value replaced by `model` (JSON-escaped).
@@ -118,7 +161,7 @@ impl Inspected {
         escape_json_string(model, &mut escaped);
         let mut out = Vec::with_capacity(self.spliced_len(body, model));
         let mut prev = 0;
-        for span in &self.model_spans {
+        for span in self.model_spans() {
             out.extend_from_slice(body.get(prev..span.start).unwrap_or_default());
             out.extend_from_slice(&escaped);
             prev = span.end;
@@ -134,9 +177,9 @@ impl Inspected {
         let mut escaped = Vec::with_capacity(escaped_len(model));
         escape_json_string(model, &mut escaped);
         let escaped = bytes::Bytes::from(escaped);
-        let mut parts = Vec::with_capacity(self.model_spans.len() * 2 + 1);
+        let mut parts = Vec::with_capacity(self.model_spans().len() * 2 + 1);
         let mut prev = 0;
-        for span in &self.model_spans {
+        for span in self.model_spans() {
             if span.start > prev && span.start <= body.len() {
                 parts.push(body.slice(prev..span.start));
             }
@@ -151,8 +194,8 @@ impl Inspected {
 
     /// Byte length of [`Inspected::splice`] output without building it (for Content-Length).
     pub fn spliced_len(&self, body: &[u8], model: &str) -> usize {
-        let removed: usize = self.model_spans.iter().map(|s| s.len()).sum();
-        (body.len() + self.model_spans.len() * escaped_len(model)).saturating_sub(removed)
+        let removed: usize = self.model_spans().iter().map(|s| s.len()).sum();
+        (body.len() + self.model_spans().len() * escaped_len(model)).saturating_sub(removed)
     }
 }
 

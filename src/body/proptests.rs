@@ -1,5 +1,6 @@
 //! Property tests: a text-level JSON generator (arbitrary whitespace, number text, escapes,
-//! duplicate keys) checks splice exactness and agreement with serde_json on validity.
+//! duplicate keys) checks splice exactness, agreement with serde_json on validity, the refusal
+//! of duplicate "model" keys, and the conversation key.
 
 use super::*;
 use proptest::prelude::*;
@@ -117,11 +118,10 @@ fn value() -> impl Strategy<Value = String> {
 /// One top-level member: (key, value) plus the whitespace around its four token gaps.
 type Member = (String, String, [String; 4]);
 
+/// A top-level member other than "model".
 fn member() -> impl Strategy<Value = Member> {
     let kv = prop_oneof![
-        3 => (key(), value()),
-        1 => (model_key(), string_text()),
-        1 => (model_key(), value()),
+        3 => (key().prop_filter("one model", |k| !is_model_key(k)), value()),
         1 => (
             Just("\"stream\"".to_string()),
             prop_oneof![Just("true".to_string()), Just("false".to_string()), value()]
@@ -141,7 +141,7 @@ struct Doc {
     spans: Vec<Range<usize>>,
 }
 
-/// Top-level object whose last "model" member is a string (others may be anything).
+/// Top-level object with one "model" member, a string, anywhere among other members.
 fn doc() -> impl Strategy<Value = Doc> {
     (
         ws(),
@@ -151,11 +151,7 @@ fn doc() -> impl Strategy<Value = Doc> {
         ws(),
     )
         .prop_map(|(lead, mut members, (k, v, w), at, trail)| {
-            let last = members
-                .iter()
-                .rposition(|m| is_model_key(&m.0))
-                .map_or(0, |p| p + 1);
-            members.insert(last + at.index(members.len() - last + 1), (k, v, w));
+            members.insert(at.index(members.len() + 1), (k, v, w));
             let mut text = lead + "{";
             let mut spans = Vec::new();
             for (n, (k, v, [a, b, c, d])) in members.into_iter().enumerate() {
@@ -170,6 +166,93 @@ fn doc() -> impl Strategy<Value = Doc> {
             }
             text = text + "}" + &trail;
             Doc { text, spans }
+        })
+}
+
+/// A document with a second top-level "model" member (any value) inserted before the first,
+/// and the offset where the second one's value starts.
+fn dup_doc() -> impl Strategy<Value = (String, usize)> {
+    (doc(), model_key(), value(), ws()).prop_map(|(doc, k, v, w)| {
+        let open = doc.text.find('{').map_or(0, |p| p + 1);
+        let extra = format!("{w}{k}:{v},");
+        let second = doc.spans[0].start - 1 + extra.len();
+        let mut text = doc.text;
+        text.insert_str(open, &extra);
+        (text, second)
+    })
+}
+
+/// A chat body: its text, the bytes of its opening messages, and the same body with the turns
+/// after the opening cut to a random number.
+#[derive(Debug, Clone)]
+struct Conversation {
+    text: String,
+    opening: String,
+    shorter: String,
+}
+
+/// One message object with the given role text (already a JSON string) and any content.
+fn message(role: impl Strategy<Value = String>) -> impl Strategy<Value = String> {
+    (role, value(), ws(), ws())
+        .prop_map(|(role, content, a, b)| format!(r#"{{{a}"role":{role},"content"{b}:{content}}}"#))
+}
+
+fn system_role() -> impl Strategy<Value = String> {
+    select(vec![r#""system""#, r#""developer""#, r#""system""#]).prop_map(String::from)
+}
+
+fn other_role() -> impl Strategy<Value = String> {
+    select(vec![
+        r#""user""#,
+        r#""assistant""#,
+        r#""tool""#,
+        r#""User""#,
+    ])
+    .prop_map(String::from)
+}
+
+fn conversation() -> impl Strategy<Value = Conversation> {
+    let any_role = prop_oneof![system_role(), other_role()];
+    (
+        prop::collection::vec(message(system_role()), 0..3),
+        message(other_role()),
+        prop::collection::vec(message(any_role), 0..5),
+        prop::collection::vec(ws(), 8),
+        any::<Index>(),
+        any::<bool>(),
+        string_text(),
+    )
+        .prop_map(|(systems, first, later, gaps, cut, model_first, model)| {
+            let sep = |n: usize| format!("{},{}", gaps[n % 4], gaps[4 + n % 4]);
+            let opening_messages: Vec<String> = systems.into_iter().chain([first]).collect();
+            let mut opening = String::new();
+            for (n, m) in opening_messages.iter().enumerate() {
+                if n > 0 {
+                    opening += &sep(n);
+                }
+                opening += m;
+            }
+            let with = |later: &[String]| {
+                let mut list = format!("[{}{opening}", gaps[0]);
+                for (n, m) in later.iter().enumerate() {
+                    list = list + &sep(n) + m;
+                }
+                list = list + &gaps[1] + "]";
+                let model = format!(r#""model":{model}"#);
+                let messages = format!(r#""messages"{}:{list}"#, gaps[2]);
+                let (a, b) = if model_first {
+                    (model, messages)
+                } else {
+                    (messages, model)
+                };
+                format!(r#"{{{a},"temperature":0.5,{b}}}"#)
+            };
+            let shorter = with(&later[..cut.index(later.len() + 1)]);
+            Conversation {
+                text: with(&later),
+                opening,
+                shorter,
+            }
         })
 }
 
@@ -189,6 +272,8 @@ fn json_byte() -> impl Strategy<Value = u8> {
 fn mutated() -> impl Strategy<Value = Vec<u8>> {
     let base = prop_oneof![
         3 => doc().prop_map(|d| d.text),
+        1 => dup_doc().prop_map(|(text, _)| text),
+        1 => conversation().prop_map(|c| c.text),
         1 => (ws(), value(), ws()).prop_map(|(a, v, b)| a + &v + &b),
     ];
     let edit = (0u8..3, any::<Index>(), json_byte());
@@ -209,9 +294,41 @@ fn mutated() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// How many top-level members of the JSON object text `bytes` are named "model" (serde_json's
+/// `Value` keeps only the last, so they are counted while deserializing).
+fn top_level_model_keys(bytes: &[u8]) -> usize {
+    struct Count(usize);
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Count;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Count, A::Error> {
+            let mut n = 0;
+            while let Some(key) = map.next_key::<String>()? {
+                n += usize::from(key == "model");
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+            Ok(Count(n))
+        }
+    }
+    impl<'de> serde::Deserialize<'de> for Count {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+            d.deserialize_map(Visitor)
+        }
+    }
+    serde_json::from_slice::<Count>(bytes).map_or(0, |c| c.0)
+}
+
 /// `inspect` must reach the same verdict as serde_json (last duplicate wins) on any bytes.
 fn check_agreement(bytes: &[u8]) -> Result<(), TestCaseError> {
     let ours = inspect(bytes);
+    let unkeyed = ours.clone().map(|i| Inspected {
+        conversation_key: None,
+        ..i
+    });
+    prop_assert_eq!(inspect_unkeyed(bytes), unkeyed);
     let theirs = match serde_json::from_slice::<Value>(bytes) {
         // serde_json rejects floats beyond f64 range (e.g. 1e400); RFC 8259 does not.
         Err(e) if e.to_string().contains("number out of range") => return Ok(()),
@@ -228,6 +345,13 @@ fn check_agreement(bytes: &[u8]) -> Result<(), TestCaseError> {
         prop_assert_eq!(ours, Err(BodyError::NotAnObject));
         return Ok(());
     };
+    if top_level_model_keys(bytes) > 1 {
+        prop_assert!(
+            matches!(ours, Err(BodyError::DuplicateModel { .. })),
+            "duplicate model accepted: {ours:?}"
+        );
+        return Ok(());
+    }
     let model = match map.get("model") {
         None => {
             prop_assert_eq!(ours, Err(BodyError::MissingModel));
@@ -312,5 +436,53 @@ proptest! {
         prop_assert_eq!(esc.len(), escaped_len(&name));
         let quoted = [b"\"", &esc[..], b"\""].concat();
         prop_assert_eq!(serde_json::from_slice::<String>(&quoted).ok(), Some(name));
+    }
+}
+
+proptest! {
+    #[test]
+    fn duplicate_models_are_refused_at_the_second((text, second) in dup_doc()) {
+        prop_assert_eq!(
+            inspect(text.as_bytes()),
+            Err(BodyError::DuplicateModel { offset: second })
+        );
+    }
+
+    #[test]
+    fn conversation_key_is_the_hash_of_the_opening_messages(c in conversation()) {
+        let ins = inspect(c.text.as_bytes())
+            .map_err(|e| TestCaseError::fail(format!("rejected: {e}")))?;
+        prop_assert_eq!(ins.conversation_key, Some(conversation_key(c.opening.as_bytes())));
+        let unkeyed = inspect_unkeyed(c.text.as_bytes()).map(|i| i.conversation_key);
+        prop_assert_eq!(unkeyed, Ok(None));
+    }
+
+    #[test]
+    fn more_turns_keep_the_conversation_key(c in conversation()) {
+        let long = inspect(c.text.as_bytes()).map(|i| i.conversation_key);
+        let short = inspect(c.shorter.as_bytes()).map(|i| i.conversation_key);
+        prop_assert_eq!(long, short);
+    }
+
+    #[test]
+    fn another_opening_gives_another_key(a in conversation(), b in conversation()) {
+        let key = |c: &Conversation| inspect(c.text.as_bytes()).ok().and_then(|i| i.conversation_key);
+        if a.opening != b.opening {
+            prop_assert_ne!(key(&a), key(&b));
+        }
+    }
+
+    #[test]
+    fn the_splice_keeps_conversation_bodies_exact(c in conversation(), new_model in model_name()) {
+        let body = c.text.as_bytes();
+        let ins = inspect(body).map_err(|e| TestCaseError::fail(format!("rejected: {e}")))?;
+        let out = ins.splice(body, &new_model);
+        let span = ins.model_spans()[0].clone();
+        let width = escaped_len(&new_model);
+        prop_assert_eq!(&out[..span.start], &body[..span.start]);
+        prop_assert_eq!(&out[span.start + width..], &body[span.end..]);
+        let again = inspect(&out).map_err(|e| TestCaseError::fail(format!("spliced: {e}")))?;
+        prop_assert_eq!(again.conversation_key, ins.conversation_key);
+        prop_assert_eq!(again.model, new_model);
     }
 }

@@ -1,8 +1,10 @@
-//! Single-pass strict RFC 8259 validator that records the top-level "model" and "stream" members.
+//! Single-pass strict RFC 8259 validator that records the top-level "model" and "stream" members
+//! and the opening messages of a conversation.
 //!
 //! Iterative (explicit container stack in a `u128` bitset), so hostile nesting cannot overflow the
-//! call stack; allocates only the small list of model spans.
+//! call stack; allocates nothing.
 
+use super::opening::Opening;
 use super::strings::{decoded_eq, find_special};
 use super::BodyError;
 use std::ops::Range;
@@ -10,9 +12,9 @@ use std::ops::Range;
 /// Deepest container nesting accepted (serde_json's own limit is 127).
 pub const MAX_DEPTH: usize = 128;
 
-/// Outcome of the last top-level "model" member (JSON parsers honour the last duplicate).
+/// The value of the top-level "model" member.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum LastModel {
+pub(super) enum ModelValue {
     /// A string; `span` covers its contents, `escaped` says whether they contain escapes.
     Str { span: Range<usize>, escaped: bool },
     /// Any non-string value.
@@ -24,20 +26,26 @@ pub(super) enum LastModel {
 pub(super) struct Scan {
     /// Whether the top-level value is an object.
     pub top_is_object: bool,
-    /// Contents of every string-valued top-level "model" member, in document order.
-    pub model_spans: Vec<Range<usize>>,
-    /// The last top-level "model" member, if any.
-    pub last_model: Option<LastModel>,
+    /// The first top-level "model" member, if any.
+    pub model: Option<ModelValue>,
+    /// Byte offset of the value of a second top-level "model" member, if there is one.
+    pub duplicate_model_at: Option<usize>,
     /// Whether the last top-level "stream" member is the literal `true`.
     pub stream: bool,
+    /// Bytes of the conversation's opening messages (see [`Opening`]), if it has them.
+    pub opening: Option<Range<usize>>,
 }
 
-/// Which interesting top-level key a member value belongs to.
+/// Which interesting key a member value belongs to.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Key {
     Other,
     Model,
     Stream,
+    /// Top-level "messages" or "input": a conversation's message list.
+    Conversation,
+    /// "role" of a message in the conversation's list.
+    Role,
 }
 
 struct Scanner<'a> {
@@ -48,8 +56,9 @@ struct Scanner<'a> {
     objects: u128,
 }
 
-/// Validate `b` as one strict JSON text and collect the top-level facts routing needs.
-pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
+/// Validate `b` as one strict JSON text and collect the top-level facts routing needs; the
+/// conversation's opening too when `OPENING`.
+pub(super) fn scan<const OPENING: bool>(b: &[u8]) -> Result<Scan, BodyError> {
     let mut s = Scanner {
         b,
         i: 0,
@@ -57,6 +66,7 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
         objects: 0,
     };
     let mut out = Scan::default();
+    let mut opening = Opening::default();
     let mut pending = Key::Other;
     s.skip_ws();
     out.top_is_object = s.peek() == Some(b'{');
@@ -67,8 +77,15 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
             return Err(s.fail(s.i, "unexpected end of input"));
         };
         match key {
-            Key::Model if c != b'"' => out.last_model = Some(LastModel::NotString),
+            Key::Model if out.model.is_some() => {
+                out.duplicate_model_at.get_or_insert(s.i);
+            }
+            Key::Model if c != b'"' => out.model = Some(ModelValue::NotString),
             Key::Stream => out.stream = c == b't',
+            Key::Conversation => opening.list_starts(c == b'['),
+            _ if OPENING && s.depth == 2 && opening.in_list() => {
+                opening.message_starts(c == b'{', s.i)
+            }
             _ => {}
         }
         match c {
@@ -76,9 +93,14 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
                 s.push(true)?;
                 s.skip_ws();
                 match s.peek() {
-                    Some(b'}') => s.pop(),
+                    Some(b'}') => {
+                        s.pop();
+                        if OPENING {
+                            opening.closed(s.depth, s.i);
+                        }
+                    }
                     Some(b'"') => {
-                        pending = s.member_key()?;
+                        pending = s.member_key::<OPENING>(opening.in_list())?;
                         continue 'value;
                     }
                     _ => return Err(s.fail(s.i, "expected '\"' or '}'")),
@@ -89,15 +111,24 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
                 s.skip_ws();
                 if s.peek() == Some(b']') {
                     s.pop();
+                    if OPENING {
+                        opening.closed(s.depth, s.i);
+                    }
                 } else {
                     continue 'value;
                 }
             }
             b'"' => {
                 let (span, escaped) = s.string()?;
-                if key == Key::Model {
-                    out.model_spans.push(span.clone());
-                    out.last_model = Some(LastModel::Str { span, escaped });
+                match key {
+                    Key::Model if out.duplicate_model_at.is_none() => {
+                        out.model = Some(ModelValue::Str { span, escaped });
+                    }
+                    Key::Role => {
+                        let is = |name: &[u8]| spelled(&b[span.clone()], escaped, name);
+                        opening.role(is(b"system") || is(b"developer"));
+                    }
+                    _ => {}
                 }
             }
             b't' => s.literal(b"true")?,
@@ -121,7 +152,7 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
                         if s.peek() != Some(b'"') {
                             return Err(s.fail(s.i, "expected '\"' after ','"));
                         }
-                        pending = s.member_key()?;
+                        pending = s.member_key::<OPENING>(opening.in_list())?;
                     }
                     continue 'value;
                 }
@@ -130,6 +161,9 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
                 _ if in_object => return Err(s.fail(s.i, "expected ',' or '}'")),
                 _ => return Err(s.fail(s.i, "expected ',' or ']'")),
             }
+            if OPENING {
+                opening.closed(s.depth, s.i);
+            }
         }
         break;
     }
@@ -137,7 +171,17 @@ pub(super) fn scan(b: &[u8]) -> Result<Scan, BodyError> {
     if s.i != b.len() {
         return Err(s.fail(s.i, "trailing characters after JSON value"));
     }
+    out.opening = opening.found();
     Ok(out)
+}
+
+/// Whether string contents `raw` (with escapes when `escaped`) spell `name`.
+fn spelled(raw: &[u8], escaped: bool, name: &[u8]) -> bool {
+    if escaped {
+        decoded_eq(raw, name)
+    } else {
+        raw == name
+    }
 }
 
 impl Scanner<'_> {
@@ -180,27 +224,17 @@ impl Scanner<'_> {
         self.i += 1;
     }
 
-    /// Parse an object key at `self.i` (a '"') plus the following ':'; classify top-level keys.
-    fn member_key(&mut self) -> Result<Key, BodyError> {
+    /// Parse an object key at `self.i` (a '"') plus the following ':'; classify top-level keys,
+    /// and (when `OPENING`) the conversation's list and "role" in its messages when `in_list`.
+    fn member_key<const OPENING: bool>(&mut self, in_list: bool) -> Result<Key, BodyError> {
         let (span, escaped) = self.string()?;
-        let key = if self.depth != 1 {
-            Key::Other
-        } else {
-            let raw = &self.b[span];
-            let is = |name: &[u8]| {
-                if escaped {
-                    decoded_eq(raw, name)
-                } else {
-                    raw == name
-                }
-            };
-            if is(b"model") {
-                Key::Model
-            } else if is(b"stream") {
-                Key::Stream
-            } else {
-                Key::Other
-            }
+        let is = |name: &[u8]| spelled(&self.b[span.clone()], escaped, name);
+        let key = match self.depth {
+            1 if is(b"model") => Key::Model,
+            1 if is(b"stream") => Key::Stream,
+            1 if OPENING && (is(b"messages") || is(b"input")) => Key::Conversation,
+            3 if OPENING && in_list && is(b"role") => Key::Role,
+            _ => Key::Other,
         };
         self.skip_ws();
         if self.peek() != Some(b':') {

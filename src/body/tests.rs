@@ -118,19 +118,37 @@ fn escaped_key_names_match_model_and_stream() {
 }
 
 #[test]
-fn duplicates_last_wins_and_all_string_values_are_replaced() {
-    let body = r#"{"model":"a","x":1,"model":7,"model":"b"}"#;
-    let ins = ok(body);
-    assert_eq!(ins.model, "b");
-    assert_eq!(ins.model_spans().len(), 2);
+fn duplicate_model_keys_are_refused_wherever_they_are() {
     assert_eq!(
-        splice_str(body, "c"),
-        r#"{"model":"c","x":1,"model":7,"model":"c"}"#
+        err(br#"{"model":"a","x":1,"model":7,"model":"b"}"#),
+        BodyError::DuplicateModel { offset: 27 }
+    );
+    // Equal values, an escaped spelling of the key, and a non-string first value all count.
+    assert_eq!(
+        err(br#"{"model":"a","model":"a"}"#),
+        BodyError::DuplicateModel { offset: 21 }
     );
     assert_eq!(
-        err(br#"{"model":"a","model":null}"#),
-        BodyError::ModelNotString
+        err(br#"{"model":"a","mod\u0065l":"b"}"#),
+        BodyError::DuplicateModel { offset: 26 }
     );
+    assert_eq!(
+        err(br#"{"model":null, "model":"a"}"#),
+        BodyError::DuplicateModel { offset: 23 }
+    );
+    // Broken JSON is reported as such even with a duplicate before the break.
+    assert!(matches!(
+        err(br#"{"model":"a","model":"b",}"#),
+        BodyError::InvalidJson { .. }
+    ));
+    // Nested "model" keys are not duplicates.
+    let ins = ok(r#"{"model":"a","o":{"model":"b","model":"c"},"l":[{"model":1}]}"#);
+    assert_eq!(ins.model, "a");
+    assert_eq!(ins.model_spans().len(), 1);
+}
+
+#[test]
+fn duplicate_stream_keys_follow_the_last() {
     let ins = ok(r#"{"stream":true,"model":"a","stream":false}"#);
     assert!(!ins.stream);
     let ins = ok(r#"{"stream":false,"model":"a","stream":true}"#);
@@ -186,8 +204,17 @@ fn error_variants_and_messages() {
         err(br#"{"model": "a",}"#).to_string(),
         "request body is not valid JSON: expected '\"' after ',' at byte 14"
     );
+    assert_eq!(
+        BodyError::DuplicateModel { offset: 21 }.to_string(),
+        "duplicate parameter 'model': the request body has more than one top-level 'model' key \
+         (another at byte 21); send exactly one"
+    );
     assert_eq!(BodyError::MissingModel.param(), Some("model"));
     assert_eq!(BodyError::ModelNotString.param(), Some("model"));
+    assert_eq!(
+        BodyError::DuplicateModel { offset: 1 }.param(),
+        Some("model")
+    );
     assert_eq!(BodyError::NotAnObject.param(), None);
     assert_eq!(BodyError::TooDeep.param(), None);
     assert_eq!(invalid_err(b"x").param(), None);
@@ -351,4 +378,116 @@ fn long_strings_and_odd_lengths_scan_correctly() {
 fn unicode_outside_ascii_is_allowed_in_strings() {
     let body = "{\"model\":\"mødel-日本-😀\",\"k\u{7f}\":\"\u{7f}\u{fffe}\"}";
     assert_eq!(ok(body).model, "mødel-日本-😀");
+}
+
+/// The conversation key of `body`, which must be accepted.
+fn key(body: &str) -> Option<u64> {
+    ok(body).conversation_key
+}
+
+/// The key of a conversation whose opening messages are exactly `opening`.
+fn key_of(opening: &str) -> Option<u64> {
+    Some(conversation_key(opening.as_bytes()))
+}
+
+const SYSTEM: &str = r#"{"role": "system", "content": "You are terse."}"#;
+const USER: &str = r#"{"role":"user","content":[{"type":"text","text":"hi"}]}"#;
+
+#[test]
+fn conversation_key_covers_system_messages_and_the_first_message_after_them() {
+    let one = format!(r#"{{"model":"m","messages":[{SYSTEM}, {USER}]}}"#);
+    assert_eq!(key(&one), key_of(&format!("{SYSTEM}, {USER}")));
+    let later = format!(
+        r#"{{"messages":[{SYSTEM}, {USER},{{"role":"assistant","content":"yo"}},{{"role":"user","content":"more"}}],"model":"m","stream":true}}"#
+    );
+    assert_eq!(key(&later), key(&one), "more turns keep the key");
+    let other = one.replace("terse", "verbose");
+    assert_ne!(key(&other), key(&one), "another system prompt, another key");
+    let no_system = format!(r#"{{"model":"m","messages":[{USER},{{"role":"assistant"}}]}}"#);
+    assert_eq!(key(&no_system), key_of(USER));
+    let developer = r#"{"model":"m","messages":[{"role":"developer","content":"d"},{"role":"system"},{"role":"user","content":"q"}]}"#;
+    assert_eq!(
+        key(developer),
+        key_of(
+            r#"{"role":"developer","content":"d"},{"role":"system"},{"role":"user","content":"q"}"#
+        )
+    );
+}
+
+#[test]
+fn conversation_key_reads_responses_input_items() {
+    let body = r#"{"model":"m","instructions":"x","input":[{"type":"message","role":"system","content":"s"},{"type":"message","role":"user","content":"u"},{"type":"function_call_output"}]}"#;
+    assert_eq!(
+        key(body),
+        key_of(
+            r#"{"type":"message","role":"system","content":"s"},{"type":"message","role":"user","content":"u"}"#
+        )
+    );
+    let tool_first = r#"{"model":"m","input":[{"type":"function_call_output","output":"o"}]}"#;
+    assert_eq!(
+        key(tool_first),
+        key_of(r#"{"type":"function_call_output","output":"o"}"#)
+    );
+}
+
+#[test]
+fn requests_without_an_opening_have_no_conversation_key() {
+    for body in [
+        r#"{"model":"e","input":"one string to embed"}"#,
+        r#"{"model":"e","input":["a","b"]}"#,
+        r#"{"model":"e","input":[[1,2,3],[4]]}"#,
+        r#"{"model":"e","input":[["a"],{"role":"user"}]}"#,
+        r#"{"model":"c","prompt":"Say hi"}"#,
+        r#"{"model":"c","messages":[]}"#,
+        r#"{"model":"c","messages":[{"role":"system","content":"only"}]}"#,
+        r#"{"model":"c","messages":"not a list"}"#,
+        r#"{"model":"c","messages":null}"#,
+        r#"{"model":"c","o":{"messages":[{"role":"user"}]}}"#,
+        r#"{"model":"c","messages":[{"role":"user"}],"input":"last wins"}"#,
+    ] {
+        assert_eq!(key(body), None, "{body}");
+    }
+}
+
+#[test]
+fn conversation_key_edge_cases() {
+    // Escaped key and role spellings are the same key and role.
+    let escaped = r#"{"model":"m","m\u0065ssages":[{"r\u006fle":"syst\u0065m"},{"role":"user"}]}"#;
+    assert_eq!(
+        key(escaped),
+        key_of(r#"{"r\u006fle":"syst\u0065m"},{"role":"user"}"#)
+    );
+    // A non-string role, a nested "role" and an empty message are not system messages.
+    assert_eq!(
+        key(r#"{"model":"m","messages":[{"role":1},{"role":"user"}]}"#),
+        key_of(r#"{"role":1}"#)
+    );
+    assert_eq!(
+        key(r#"{"model":"m","messages":[{"c":{"role":"system"}},{"role":"user"}]}"#),
+        key_of(r#"{"c":{"role":"system"}}"#)
+    );
+    assert_eq!(
+        key(r#"{"model":"m","messages":[ {} ,{"role":"user"}]}"#),
+        key_of("{}")
+    );
+    // The last role of a message counts; the last "messages" member counts.
+    assert_eq!(
+        key(r#"{"model":"m","messages":[{"role":"user","role":"system"},{"role":"user"}]}"#),
+        key_of(r#"{"role":"user","role":"system"},{"role":"user"}"#)
+    );
+    assert_eq!(
+        key(r#"{"messages":"x","model":"m","messages":[{"role":"user"}]}"#),
+        key_of(r#"{"role":"user"}"#)
+    );
+    // The splice is unaffected by the key.
+    let body = format!(r#"{{"model":"fast","messages":[{SYSTEM},{USER}]}}"#);
+    assert_eq!(
+        splice_str(&body, "gpt"),
+        body.replace(r#""fast""#, r#""gpt""#)
+    );
+    // Invalid JSON after a complete opening is still invalid.
+    assert!(matches!(
+        err(format!(r#"{{"model":"m","messages":[{USER}],}}"#).as_bytes()),
+        BodyError::InvalidJson { .. }
+    ));
 }

@@ -10,11 +10,12 @@ use super::errors;
 use crate::app::App;
 use crate::observe::access_log::{millis, AccessRecord, Verdict};
 use crate::observe::trace;
+use crate::providers::ratelimit;
 use crate::routing::{unix_us, ErrorKind, Outcome, RoutingParams};
 use pingora::http::ResponseHeader;
 use pingora_core::{Error, ErrorSource};
 use pingora_proxy::Session;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Response header naming the candidate, to send back for session affinity.
 pub const AFFINITY_HEADER: &str = "x-session-affinity";
@@ -37,7 +38,8 @@ pub fn request_sent(ctx: &mut RequestCtx) {
     }
 }
 
-/// A 429 or 503 with `Retry-After: <seconds>` keeps traffic off the candidate until then.
+/// A 429 or 503 with `Retry-After` (seconds, an HTTP date, or `retry-after-ms`) keeps traffic
+/// off the candidate until then.
 fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
     let status = resp.status.as_u16();
     if status != 429 && status != 503 {
@@ -46,17 +48,10 @@ fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
     let Some(route) = &ctx.route else {
         return;
     };
-    let seconds = resp
-        .headers
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if let Some(seconds) = seconds {
-        let seconds = seconds.min(MAX_RETRY_AFTER_SECS);
-        route
-            .candidate
-            .stats
-            .back_off_until(unix_us() + seconds * 1_000_000);
+    if let Some(wait) = ratelimit::retry_after(&resp.headers, SystemTime::now()) {
+        let wait = wait.min(Duration::from_secs(MAX_RETRY_AFTER_SECS));
+        let deadline_us = unix_us() + wait.as_micros() as u64;
+        route.candidate.stats.back_off_until(deadline_us);
     }
 }
 

@@ -10,10 +10,12 @@
 //! - [`rng`]: small thread-local and seedable random sources.
 //! - [`pressure`]: the age of requests still waiting for an answer and `Retry-After` back-off,
 //!   the signals that arrive before a response does.
+//! - [`rendezvous`]: weighted rendezvous hashing, a sticky stateless pick of a candidate per key.
 
 pub mod affinity;
 pub mod available;
 pub mod pressure;
+pub mod rendezvous;
 pub mod rng;
 pub mod selector;
 pub mod tracker;

@@ -70,6 +70,58 @@ async fn bad_bodies_get_400_and_reach_no_provider() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_body_with_two_model_keys_gets_400_and_reaches_no_provider() {
+    let (sim, proxy) = setup().await;
+    let messages = r#""messages":[{"role":"user","content":"hi"}]"#;
+    let large = "x".repeat(200 * 1024);
+    let cases = [
+        (
+            format!(r#"{{"model":"fast",{messages},"model":"smart"}}"#),
+            "another at byte 68",
+        ),
+        (
+            format!(r#"{{"model":"fast","mod\u0065l":"fast",{messages}}}"#),
+            "another at byte 29",
+        ),
+        (
+            format!(r#"{{"model":"fast","model":null,{messages}}}"#),
+            "another at byte 24",
+        ),
+        (
+            format!(r#"{{"model":"fast","pad":"{large}",{messages},"model":"smart"}}"#),
+            "another at byte",
+        ),
+    ];
+    for (body, at) in cases {
+        let resp = post(&proxy, "/v1/chat/completions", body.clone()).await;
+        assert!(resp.headers().contains_key("x-request-id"));
+        let shown = &body[..body.len().min(80)];
+        assert_eq!(resp.status(), 400, "{shown}");
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let v: serde_json::Value = resp.json().await.unwrap();
+        let err = &v["error"];
+        assert_eq!(err["type"], "invalid_request_error", "{shown}");
+        assert_eq!(err["param"], "model", "{shown}");
+        assert_eq!(err["code"], serde_json::Value::Null, "{shown}");
+        let message = err["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("duplicate parameter 'model': ") && message.contains(at),
+            "{shown}: {message}"
+        );
+    }
+    assert_eq!(
+        sim.request_count(),
+        0,
+        "a body with two models was forwarded"
+    );
+    // A nested "model" is no duplicate, and the next request is served.
+    let nested = r#"{"model":"fast","messages":[{"role":"user","content":"hi","model":"x"}]}"#;
+    let resp = post(&proxy, "/v1/chat/completions", nested.to_string()).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(sim.request_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn unknown_models_paths_and_methods() {
     let (sim, proxy) = setup().await;
     let resp = post(
