@@ -21,6 +21,7 @@ test: bootstrap lint
 lint: bootstrap
 	cargo fmt --check
 	cargo clippy --target $(MUSL_TARGET) --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --target $(MUSL_TARGET)
 
 build: bootstrap
 	cargo build --release

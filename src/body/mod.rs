@@ -27,7 +27,12 @@ pub use strings::{escape_json_string, escaped_len};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodyError {
     /// Not strict RFC 8259 JSON: `reason` describes the problem found at byte `offset`.
-    InvalidJson { offset: usize, reason: &'static str },
+    InvalidJson {
+        /// Byte offset of the problem.
+        offset: usize,
+        /// What is wrong there.
+        reason: &'static str,
+    },
     /// Valid JSON whose top-level value is not an object.
     NotAnObject,
     /// The top-level object has no "model" member.
@@ -35,7 +40,10 @@ pub enum BodyError {
     /// The top-level "model" member is not a string.
     ModelNotString,
     /// More than one top-level "model" member; `offset` is where the second one's value starts.
-    DuplicateModel { offset: usize },
+    DuplicateModel {
+        /// Byte offset of the second value.
+        offset: usize,
+    },
     /// Containers nest deeper than [`MAX_DEPTH`].
     TooDeep,
 }

@@ -83,7 +83,7 @@ pub fn writes_json() -> bool {
 /// proxying around it.
 pub struct JsonLine(String);
 
-/// A field key with its JSON punctuation, `,"name":`, written by [`json_key!`] at compile
+/// A field key with its JSON punctuation, `,"name":`, written by `json_key!` at compile
 /// time so a field costs one copy for its key.
 #[derive(Debug, Clone, Copy)]
 pub struct FieldKey(pub &'static str);

@@ -29,7 +29,7 @@ pub enum ResolveError {
 /// How long a resolved address is reused before it is looked up again.
 const TTL: Duration = Duration::from_secs(30);
 
-/// One provider host's address, looked up lazily and cached for [`TTL`].
+/// One provider host's address, looked up lazily and cached for `TTL`.
 #[derive(Debug)]
 pub struct HostAddr {
     host: String,

@@ -161,11 +161,11 @@ impl ApiError {
     }
 
     /// 503: the provider's credential cannot authorize requests right now.
-    pub fn credential_unavailable(provider: &str, why: &str) -> Self {
+    pub fn credential_unavailable(provider: &str, why: &crate::providers::CredentialError) -> Self {
         ApiError {
-            code: Some("provider_credentials_unavailable"),
+            code: Some(why.code()),
             ..Self::new(
-                503,
+                why.status(),
                 "server_error",
                 format!("Provider `{provider}` cannot be authorized: {why}"),
             )

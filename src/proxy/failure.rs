@@ -3,7 +3,8 @@
 use super::ctx::RequestCtx;
 use super::errors::{self, ApiError};
 use super::respond;
-use pingora_core::{Error, ErrorSource, ErrorType};
+use crate::providers::CredentialError;
+use pingora_core::{Error, ErrorSource};
 use pingora_proxy::{FailToProxy, Session};
 
 /// Answers a failed request (if nothing was sent yet) and returns the status for logging.
@@ -13,11 +14,10 @@ pub async fn respond(session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> 
         .as_ref()
         .map(|r| r.candidate.provider.name.clone())
         .unwrap_or_default();
-    let err = match (e.etype(), errors::classify(e)) {
-        (ErrorType::HTTPStatus(code), _) if *code >= 500 => {
-            ApiError::credential_unavailable(&provider, &errors::describe(e))
-        }
-        (_, Some(kind)) => ApiError::upstream(&provider, kind, &errors::describe(e)),
+    let credential = e.root_cause().downcast_ref::<CredentialError>();
+    let err = match (credential, errors::classify(e)) {
+        (Some(why), _) => ApiError::credential_unavailable(&provider, why),
+        (None, Some(kind)) => ApiError::upstream(&provider, kind, &errors::describe(e)),
         _ if e.esource() == &ErrorSource::Downstream => {
             return FailToProxy {
                 error_code: 0,

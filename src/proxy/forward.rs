@@ -141,7 +141,11 @@ fn upstream_header(session: &Session, ctx: &mut RequestCtx) -> Result<Box<Reques
     );
     if let Err(why) = prepared {
         ctx.failure = Some(crate::routing::ErrorKind::Auth);
-        return Error::e_explain(ErrorType::HTTPStatus(503), why.to_string());
+        return Err(Error::because(
+            ErrorType::Custom("credential unavailable"),
+            "authorizing the upstream request",
+            why,
+        ));
     }
     Ok(Box::new(req))
 }

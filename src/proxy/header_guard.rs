@@ -136,7 +136,7 @@ where
 /// Pingora reads such a body in blocks that can run past its end into a pipelined next request;
 /// with its pipelining mode off it would then drop those bytes and the connection after a
 /// keep-alive answer, and this guard cannot split them off beforehand as it does for a
-/// `Content-Length` body ([`split_off_next`]).
+/// `Content-Length` body (`split_off_next`).
 pub fn close_after_unsized_body(session: &mut pingora_proxy::Session) {
     if session
         .req_header()

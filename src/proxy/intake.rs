@@ -1,6 +1,6 @@
 //! From an incoming request to a routing decision: path check, body, alias, candidate, splice.
 //! Pingora's `upstream_peer` and `request_body_filter` phases are not reached for routed
-//! requests; [`admit`] does their work, through [`upstream_peer`] and [`request_body_filter`].
+//! requests; [`admit`] does their work, through `upstream_peer` and `request_body_filter`.
 
 use super::body_intake::{self, BodyLimits};
 use super::ctx::{RequestCtx, Route};
@@ -159,10 +159,7 @@ async fn upstream_peer(
 ) -> std::result::Result<Box<HttpPeer>, ApiError> {
     if let Err(why) = provider.credential_ready().await {
         ctx.failure = Some(ErrorKind::Auth);
-        return Err(ApiError::credential_unavailable(
-            &provider.name,
-            &why.to_string(),
-        ));
+        return Err(ApiError::credential_unavailable(&provider.name, &why));
     }
     match provider.peer(&app.peer_settings).await {
         Ok(peer) => Ok(Box::new(peer)),

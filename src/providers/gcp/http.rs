@@ -37,7 +37,7 @@ pub struct TokenRequest {
 pub struct Answer {
     /// HTTP status code.
     pub status: u16,
-    /// The body (at most [`MAX_ANSWER`] bytes).
+    /// The body (at most `MAX_ANSWER` bytes).
     pub body: Vec<u8>,
 }
 
