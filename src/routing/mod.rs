@@ -8,8 +8,11 @@
 //! - [`rng`]: small thread-local and seedable random sources.
 //! - [`pressure`]: the age of requests still waiting for an answer and `Retry-After` back-off,
 //!   the signals that arrive before a response does.
+//! - [`congestion`]: the discount on a candidate whose latency is queueing that traffic like
+//!   ours causes, which keeps a fleet of sidecars from herding.
 
 pub mod affinity;
+pub mod congestion;
 pub mod pressure;
 pub mod rng;
 pub mod selector;

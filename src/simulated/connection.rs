@@ -230,7 +230,7 @@ impl Connection<'_> {
             }
             _ => {}
         }
-        let latency = behaviour.latency();
+        let (latency, _in_progress) = behaviour.admit();
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
