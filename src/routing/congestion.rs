@@ -113,7 +113,7 @@ fn load(cell: &AtomicU64) -> Option<f64> {
 fn update(cell: &AtomicU64, f: impl Fn(Option<f64>) -> f64) -> f64 {
     let mut out = 0.0;
     let _ = cell.fetch_update(Relaxed, Relaxed, |cur| {
-        out = f((cur != EMPTY).then(|| f64::from_bits(cur)));
+        out = f((cur != EMPTY).then_some(f64::from_bits(cur)));
         Some(out.to_bits())
     });
     out
