@@ -11,9 +11,12 @@
 //! - [`pressure`]: the age of requests still waiting for an answer and `Retry-After` back-off,
 //!   the signals that arrive before a response does.
 //! - [`rendezvous`]: weighted rendezvous hashing, a sticky stateless pick of a candidate per key.
+//! - [`congestion`]: the discount on a candidate whose latency is queueing that traffic like
+//!   ours causes, which keeps a fleet of sidecars from herding.
 
 pub mod affinity;
 pub mod available;
+pub mod congestion;
 pub mod pressure;
 pub mod rendezvous;
 pub mod rng;

@@ -111,6 +111,18 @@ fn speed(latency_us: Option<f64>, success: f64, wait_age_us: Option<f64>) -> f64
     }
 }
 
+/// A warm candidate's speed with its congestion discount `d` folded in: `speed × e^(-d/k)`,
+/// so that after the power `k` its weight carries the factor `e^-d` (shares are ratios, so
+/// scaling every weight by the same best changes nothing). Cold and excluded markers pass.
+#[inline]
+fn discounted(speed: f64, d: f64, k: f64) -> f64 {
+    if speed > 0.0 && d > 0.0 && k > 0.0 {
+        speed * (-d / k).exp()
+    } else {
+        speed
+    }
+}
+
 /// The exponent to use: `exploit_k` if finite and >= 0, else the default.
 #[inline]
 fn sane_k(k: f64) -> f64 {
@@ -147,19 +159,20 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
     let (out, rest) = out.split_at_mut(n);
     rest.iter_mut().for_each(|x| *x = 0.0);
-    speeds(&snaps[..n], out);
+    speeds(&snaps[..n], params, out);
     speeds_to_shares(out, params);
 }
 
 /// Speeds for one alias's snapshots, with backed-off candidates marked [`EXCLUDED`] (unless
 /// every candidate is backed off, when back-off is ignored).
-fn speeds(snaps: &[Snapshot], out: &mut [f64]) {
+fn speeds(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let exclude = snaps.iter().any(|s| !s.backed_off);
+    let k = sane_k(params.exploit_k);
     for (o, s) in out.iter_mut().zip(snaps) {
         *o = if exclude && s.backed_off {
             EXCLUDED
         } else {
-            speed(s.latency_us, s.success, s.wait_age_us)
+            discounted(speed(s.latency_us, s.success, s.wait_age_us), s.discount, k)
         };
     }
 }
@@ -171,7 +184,7 @@ fn speeds(snaps: &[Snapshot], out: &mut [f64]) {
 pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
     let out = &mut out[..n];
-    speeds(&snaps[..n], out);
+    speeds(&snaps[..n], params, out);
     speeds_to_weights(out, params);
     out.iter_mut().filter(|o| o.is_nan()).for_each(|o| *o = 0.0);
 }
@@ -380,22 +393,27 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     w: &mut [f64],
 ) -> usize {
     let mut backed_off = 0;
+    let k = sane_k(params.exploit_k);
     for (o, c) in w.iter_mut().zip(cands) {
         let c = c.as_ref();
+        let d = c.congestion_discount(mode);
         *o = if !c.needs_time() {
-            speed(c.latency_us(mode), c.success(), None)
+            discounted(speed(c.latency_us(mode), c.success(), None), d, k)
         } else if c.backed_off(now_us) {
             backed_off += 1;
             EXCLUDED
         } else {
-            speed(c.latency_us(mode), c.success(), c.wait_age_us(mode, now_us))
+            let age = c.wait_age_us(mode, now_us);
+            discounted(speed(c.latency_us(mode), c.success(), age), d, k)
         };
     }
     if backed_off == w.len() {
         // Everyone is backed off: ignore back-off rather than refuse to route.
         for (o, c) in w.iter_mut().zip(cands) {
             let c = c.as_ref();
-            *o = speed(c.latency_us(mode), c.success(), c.wait_age_us(mode, now_us));
+            let age = c.wait_age_us(mode, now_us);
+            let d = c.congestion_discount(mode);
+            *o = discounted(speed(c.latency_us(mode), c.success(), age), d, k);
         }
     }
     speeds_to_shares(w, params);
@@ -458,6 +476,7 @@ mod tests {
             inflight: 0,
             wait_age_us: None,
             backed_off: false,
+            discount: 0.0,
         }
     }
 
@@ -635,6 +654,7 @@ mod tests {
                             None
                         },
                         backed_off: rng.next_u64() % 5 == 0,
+                        discount: [0.0, 0.5, 4.0][(rng.next_u64() % 3) as usize],
                     }
                 })
                 .collect();
@@ -833,6 +853,29 @@ mod tests {
         };
         let s = run(&[warm(100.0, 1.0), cold_waiting], &no_floor());
         assert_close(s[1] / s[0], COLD_WEIGHT);
+    }
+
+    #[test]
+    fn congestion_discount_scales_the_weight_by_e_to_the_minus_d() {
+        let queued = Snapshot {
+            discount: 1.5,
+            ..warm(100.0, 1.0)
+        };
+        // Equal latency, discount 1.5: weight ratio e^-1.5 whatever k is.
+        for k in [1.0, 3.0, 6.0] {
+            let p = RoutingParams {
+                exploit_k: k,
+                ..no_floor()
+            };
+            let s = run(&[warm(100.0, 1.0), queued], &p);
+            assert_close(s[1] / s[0], (-1.5f64).exp());
+        }
+        // With k = 0 (uniform by choice) the discount does not apply.
+        let p = RoutingParams {
+            exploit_k: 0.0,
+            ..no_floor()
+        };
+        assert_eq!(run(&[warm(100.0, 1.0), queued], &p), vec![0.5, 0.5]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! alias that lists it. All state lives in atomics: f64 values are stored as bits in `AtomicU64`
 //! and EWMA updates use a compare-exchange loop, so recording and picking never block a worker.
 
+use super::congestion::Congestion;
 use super::pressure::Pressure;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -187,6 +188,8 @@ pub struct Snapshot {
     pub wait_age_us: Option<f64>,
     /// True while the candidate is backed off after a `Retry-After`.
     pub backed_off: bool,
+    /// Congestion discount `d` (weight × `e^-d`, see [`super::congestion`]).
+    pub discount: f64,
 }
 
 impl Snapshot {
@@ -197,6 +200,7 @@ impl Snapshot {
         inflight: 0,
         wait_age_us: None,
         backed_off: false,
+        discount: 0.0,
     };
 }
 
@@ -229,6 +233,10 @@ pub struct CandidateStats {
     client_errors: AtomicU64,
     /// Requests waiting for their first chunk, and the `Retry-After` deadline.
     pressure: Pressure,
+    /// How much of the latency is queueing our traffic causes (see [`super::congestion`]).
+    congestion: Congestion,
+    /// False for the seed's tracker (the simulator's baseline), which had no such discount.
+    congestion_on: bool,
 }
 
 /// Bits available for the timestamp in the packed last-error word.
@@ -286,6 +294,17 @@ impl CandidateStats {
             failures: AtomicU64::new(0),
             client_errors: AtomicU64::new(0),
             pressure: Pressure::default(),
+            congestion: Congestion::default(),
+            congestion_on: true,
+        }
+    }
+
+    /// Fresh stats that never build a congestion discount: the seed's tracker, which the
+    /// simulator keeps as a baseline.
+    pub fn without_congestion() -> Self {
+        Self {
+            congestion_on: false,
+            ..Self::new()
         }
     }
 
@@ -296,15 +315,22 @@ impl CandidateStats {
             return;
         }
         ewma_update(&self.latency[mode.slot()], micros, sane_alpha(alpha));
+        self.congestion.sample(mode, micros);
     }
 
     /// Count an attempt and move the success EWMA (only for `Success`/`Failure`).
     pub fn record_outcome(&self, outcome: Outcome, alpha: f64) {
         self.requests.fetch_add(1, Relaxed);
         let sample = match outcome {
-            Outcome::Success => 1.0,
+            Outcome::Success => {
+                if self.congestion_on {
+                    self.congestion.success(sane_alpha(alpha));
+                }
+                1.0
+            }
             Outcome::Failure => {
                 self.failures.fetch_add(1, Relaxed);
+                self.congestion.failure();
                 0.0
             }
             Outcome::ClientError => {
@@ -344,6 +370,7 @@ impl CandidateStats {
             inflight: self.inflight(),
             wait_age_us: None,
             backed_off: false,
+            discount: self.congestion_discount(mode),
         }
     }
 
@@ -398,6 +425,13 @@ impl CandidateStats {
     #[inline]
     pub fn needs_time(&self) -> bool {
         self.pressure.active()
+    }
+
+    /// Congestion discount `d` of `mode`: the selector scales the weight by `e^-d` (see
+    /// [`super::congestion`]).
+    #[inline]
+    pub fn congestion_discount(&self, mode: Mode) -> f64 {
+        self.congestion.discount(mode)
     }
 
     /// Latency EWMA in milliseconds for /status; `None` while cold in `mode`.

@@ -5,11 +5,12 @@ use super::scenario::Scenario;
 use plotters::prelude::*;
 use std::path::Path;
 
-/// Line colours of the providers, in order (fast, mid, slow).
-const COLOURS: [RGBColor; 3] = [
+/// Line colours of the providers, in order.
+const COLOURS: [RGBColor; 4] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
 ];
 
 /// Size of one panel in pixels.
@@ -56,7 +57,7 @@ pub fn share_chart(
         header
             .draw(&Text::new(label, (x + 30, 33), ("sans-serif", 14)))
             .map_err(err)?;
-        x += 150;
+        x += 160;
     }
     if scenario.incident.is_some() {
         header

@@ -210,7 +210,7 @@ impl Run<'_> {
         let Some(response) = self.live[a].response else {
             return;
         };
-        if let Some(next) = self.providers.release(p, now) {
+        for next in self.providers.release(p, now) {
             self.begin_service(next);
         }
         self.sidecars[s as usize]

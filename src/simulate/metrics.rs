@@ -38,8 +38,8 @@ pub const ZOOM: Micros = 60 * SEC;
 /// Bins of the zoomed series (half a second each).
 pub const ZOOM_BINS: usize = 120;
 
-/// Settle/oscillate figures for the herd. Standard deviations are over time bins in the second
-/// half of the run, largest over providers, with the binomial noise of counting a finite
+/// Settle/oscillate figures for the herd. Standard deviations are over time bins in the focus
+/// window (the second half of the run), largest over providers, with the binomial noise of counting a finite
 /// number of requests per bin taken out (so a steady random split scores about 0).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Herd {
@@ -50,7 +50,7 @@ pub struct Herd {
     /// Standard deviation of the fleet's total share of a provider over 0.25 s bins: swings
     /// of the whole fleet in step, too fast for one sidecar's few requests to show.
     pub fleet_std: f64,
-    /// Mean share of each provider over the second half.
+    /// Mean share of each provider over the focus window.
     pub mean_shares: Vec<f64>,
 }
 
@@ -152,8 +152,9 @@ pub fn figures(scenario: &Scenario, log: &RunLog) -> Figures {
     }
     if scenario.herd {
         f.herd = Some(herd(scenario, log));
-        let from = scenario.duration / 2;
-        f.zoom = Some(series(scenario, log, from, from + ZOOM, ZOOM_BINS));
+        let from = scenario.focus.0;
+        let to = (from + ZOOM).min(scenario.focus.1);
+        f.zoom = Some(series(scenario, log, from, to, ZOOM_BINS));
     }
     f
 }
@@ -307,7 +308,7 @@ fn max_std(counts: &[Vec<usize>]) -> f64 {
 }
 
 fn herd(scenario: &Scenario, log: &RunLog) -> Herd {
-    let (from, to) = (scenario.duration / 2, scenario.duration);
+    let (from, to) = scenario.focus;
     let mut per: Vec<f64> = counted_per_sidecar(scenario, log, from, to, HERD_BIN, true)
         .iter()
         .map(|c| max_std(c))

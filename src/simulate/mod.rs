@@ -9,7 +9,7 @@
 //! - [`clock`]: virtual time and the event queue.
 //! - [`provider`] / [`queueing`]: provider models (latency jitter, incidents, capacity).
 //! - [`strategy`] / [`sturnus`]: the contenders.
-//! - [`scenario`]: the five scenarios.
+//! - [`scenario`]: scenarios, targets and contenders; [`scenario_file`]: their TOML schema.
 //! - [`engine`]: the event loop with client retries.
 //! - [`metrics`], [`report`], [`chart`]: figures, tables and SVG charts.
 
@@ -21,6 +21,7 @@ pub mod provider;
 pub mod queueing;
 pub mod report;
 pub mod scenario;
+pub mod scenario_file;
 pub mod strategy;
 pub mod sturnus;
 
@@ -38,10 +39,14 @@ pub struct SimulateArgs {
     /// Directory for the SVG charts and results.md/results.json (e.g. docs/routing).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Run only this scenario (repeatable): step, outage, flaky, rate-limited, herd.
+    /// Run only this built-in scenario (repeatable): step, outage, flaky, rate-limited, herd,
+    /// herd-200, herd-60, herd-90, herd-four, herd-step, herd-hosted.
     #[arg(long = "scenario", value_name = "NAME")]
     pub scenarios: Vec<String>,
-    /// Smaller configuration (fewer sidecars, shorter herd) for tests.
+    /// Run the scenario described in this TOML file (repeatable; schema in docs/routing.md).
+    #[arg(long = "scenario-file", value_name = "FILE")]
+    pub scenario_files: Vec<PathBuf>,
+    /// Each scenario's quick variant (fewer sidecars, shorter runs) for tests.
     #[arg(long)]
     pub quick: bool,
     /// Print the report as JSON instead of markdown.
@@ -62,6 +67,9 @@ pub struct SimulateArgs {
     /// Run the "sturnus" contender ignoring Retry-After.
     #[arg(long)]
     pub no_retry_after: bool,
+    /// Run the "sturnus" contender without the congestion discount.
+    #[arg(long)]
+    pub no_congestion: bool,
 }
 
 impl SimulateArgs {
@@ -77,33 +85,44 @@ impl SimulateArgs {
         v.params.check().map_err(str::to_string)?;
         v.wait_age &= !self.no_wait_age;
         v.retry_after &= !self.no_retry_after;
+        v.congestion &= !self.no_congestion;
         Ok(v)
     }
 }
 
-/// Runs the selected scenarios for every contender and builds the report.
-pub fn simulate(
-    seed: u64,
-    names: &[String],
-    size: Size,
-    current: Variant,
-) -> Result<(Report, Vec<ScenarioRun>), String> {
-    let names: Vec<&str> = if names.is_empty() {
-        scenario::SCENARIOS.to_vec()
+/// The built-in scenarios called `names` (all of them when empty and no file is given),
+/// followed by the scenarios read from `files`.
+pub fn select(names: &[String], files: &[PathBuf], size: Size) -> Result<Vec<Scenario>, String> {
+    let all = scenario::names();
+    let names: Vec<&str> = if names.is_empty() && files.is_empty() {
+        all.clone()
     } else {
         names.iter().map(String::as_str).collect()
     };
-    let scenarios: Vec<Scenario> = names
+    let mut scenarios: Vec<Scenario> = names
         .iter()
         .map(|n| {
             scenario::scenario(n, size).ok_or_else(|| {
                 format!(
                     "unknown scenario {n:?} (expected one of {})",
-                    scenario::SCENARIOS.join(", ")
+                    all.join(", ")
                 )
             })
         })
         .collect::<Result<_, _>>()?;
+    for f in files {
+        scenarios.push(scenario_file::load(f, size)?);
+    }
+    Ok(scenarios)
+}
+
+/// Runs `scenarios` for every contender and builds the report.
+pub fn simulate(
+    seed: u64,
+    scenarios: &[Scenario],
+    size: Size,
+    current: Variant,
+) -> Result<(Report, Vec<ScenarioRun>), String> {
     let contenders = scenario::contenders(current);
     let jobs: Vec<(usize, usize)> = (0..scenarios.len())
         .flat_map(|s| (0..contenders.len()).map(move |c| (s, c)))
@@ -191,9 +210,10 @@ fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> 
 /// `sturnus simulate`: runs, prints the table (or JSON), writes charts; returns the exit code.
 pub fn main(args: &SimulateArgs) -> i32 {
     let size = if args.quick { Size::Quick } else { Size::Full };
-    let run = args
-        .variant()
-        .and_then(|v| simulate(args.seed, &args.scenarios, size, v));
+    let run = args.variant().and_then(|v| {
+        let scenarios = select(&args.scenarios, &args.scenario_files, size)?;
+        simulate(args.seed, &scenarios, size, v)
+    });
     let (report, runs) = match run {
         Ok(r) => r,
         Err(e) => {
@@ -246,7 +266,7 @@ fn write_out(
         chart::share_chart(&path, &run.scenario, "traffic share over time", &run.series)?;
         if !run.zoom.is_empty() {
             let path = dir.join(format!("{}-zoom.svg", run.scenario.name));
-            let what = "one minute of the second half, half-second bins";
+            let what = "one minute of the focus window, half-second bins";
             chart::share_chart(&path, &run.scenario, what, &run.zoom)?;
         }
     }
@@ -259,19 +279,22 @@ mod tests {
 
     #[test]
     fn same_seed_same_figures() {
-        let names = vec!["outage".to_string()];
-        let a = simulate(5, &names, Size::Quick, Variant::current()).map(|r| r.0);
-        let b = simulate(5, &names, Size::Quick, Variant::current()).map(|r| r.0);
+        let sc = select(&["outage".to_string()], &[], Size::Quick).unwrap_or_default();
+        let a = simulate(5, &sc, Size::Quick, Variant::current()).map(|r| r.0);
+        let b = simulate(5, &sc, Size::Quick, Variant::current()).map(|r| r.0);
         assert!(a.is_ok());
         assert_eq!(a, b);
-        let c = simulate(6, &names, Size::Quick, Variant::current()).map(|r| r.0);
+        let c = simulate(6, &sc, Size::Quick, Variant::current()).map(|r| r.0);
         assert_ne!(a, c);
     }
 
     #[test]
-    fn unknown_scenario_is_an_error() {
-        let r = simulate(1, &["nope".to_string()], Size::Quick, Variant::current());
+    fn unknown_scenario_or_file_is_an_error() {
+        let r = select(&["nope".to_string()], &[], Size::Quick);
         assert!(r.is_err_and(|e| e.contains("unknown scenario \"nope\"")));
+        let r = select(&[], &[PathBuf::from("/nonexistent/x.toml")], Size::Quick);
+        assert!(r.is_err_and(|e| e.contains("/nonexistent/x.toml")));
+        assert_eq!(select(&[], &[], Size::Quick).map(|s| s.len()), Ok(11));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::clock::{Micros, MS, SEC};
 use super::queueing::Queue;
 use crate::routing::{RngSource, SplitMix64};
 
-/// Spread (sigma of the underlying normal) of the log-normal latency jitter.
+/// Default spread (sigma of the underlying normal) of the log-normal latency jitter.
 pub const JITTER_SIGMA: f64 = 0.25;
 
 /// Median time for an error response (503, 429, ...) to come back.
@@ -29,10 +29,21 @@ pub enum Behaviour {
     Normal,
     /// Answers, `factor` times slower than normal.
     Slow(f64),
-    /// Answers every attempt with a fast 503.
-    Down,
-    /// Fails this fraction of attempts with a fast 500, serves the rest normally.
-    Flaky(f64),
+    /// Answers every attempt with a fast error status (503 by default).
+    Down {
+        /// The status answered.
+        status: u16,
+        /// `Retry-After` seconds sent with it, if any.
+        retry_after_s: Option<u64>,
+    },
+    /// Fails this fraction of attempts with a fast error status (500 by default), serves the
+    /// rest normally.
+    Flaky {
+        /// Probability that an attempt fails.
+        fail: f64,
+        /// The status of a failed attempt.
+        status: u16,
+    },
     /// Answers every attempt with a fast 429 whose `Retry-After` points at `until`.
     RateLimited {
         /// When the limit lifts (virtual time).
@@ -47,15 +58,20 @@ pub struct Phase {
     pub from: Micros,
     /// What the provider does from then on.
     pub behaviour: Behaviour,
+    /// Parallel servers during the phase (capacity-limited providers only); `None` keeps the
+    /// provider's own number.
+    pub servers: Option<u32>,
 }
 
 /// A modelled provider.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderSpec {
     /// Short name for tables and charts.
-    pub name: &'static str,
+    pub name: String,
     /// Median time to first chunk when healthy and idle, in ms.
     pub median_ms: f64,
+    /// Sigma of the log-normal latency jitter.
+    pub jitter: f64,
     /// Parallel servers; `None` for unlimited capacity (latency independent of load).
     pub servers: Option<u32>,
     /// Behaviour timeline, sorted by `from`; before the first phase the provider is normal.
@@ -63,28 +79,46 @@ pub struct ProviderSpec {
 }
 
 impl ProviderSpec {
-    /// A healthy provider with unlimited capacity.
-    pub fn new(name: &'static str, median_ms: f64) -> Self {
+    /// A healthy provider with unlimited capacity and the default jitter.
+    pub fn new(name: &str, median_ms: f64) -> Self {
         Self {
-            name,
+            name: name.to_string(),
             median_ms,
+            jitter: JITTER_SIGMA,
             servers: None,
             phases: Vec::new(),
         }
     }
 
+    /// The phase in force at `t`, if any.
+    fn phase_at(&self, t: Micros) -> Option<&Phase> {
+        self.phases.iter().take_while(|p| p.from <= t).last()
+    }
+
     /// The behaviour in force at `t`.
     pub fn behaviour_at(&self, t: Micros) -> Behaviour {
-        self.phases
-            .iter()
-            .take_while(|p| p.from <= t)
-            .last()
-            .map_or(Behaviour::Normal, |p| p.behaviour)
+        self.phase_at(t).map_or(Behaviour::Normal, |p| p.behaviour)
+    }
+
+    /// Parallel servers at `t` (`None`: unlimited capacity).
+    pub fn servers_at(&self, t: Micros) -> Option<u32> {
+        let base = self.servers?;
+        Some(self.phase_at(t).and_then(|p| p.servers).unwrap_or(base))
     }
 
     /// Mean healthy latency in µs (the log-normal mean, slightly above the median).
     pub fn mean_us(&self) -> f64 {
-        self.median_ms * MS as f64 * (JITTER_SIGMA * JITTER_SIGMA / 2.0).exp()
+        self.median_ms * MS as f64 * (self.jitter * self.jitter / 2.0).exp()
+    }
+
+    /// Mean service time of a successful attempt at `t` in µs: infinite while the provider
+    /// fails everything.
+    pub fn service_us_at(&self, t: Micros) -> f64 {
+        match self.behaviour_at(t) {
+            Behaviour::Normal | Behaviour::Flaky { .. } => self.mean_us(),
+            Behaviour::Slow(f) => self.mean_us() * f,
+            Behaviour::Down { .. } | Behaviour::RateLimited { .. } => f64::INFINITY,
+        }
     }
 }
 
@@ -171,7 +205,9 @@ impl Providers {
     /// Sends an attempt to provider `p` at `now`: `Some` when it is served at once, `None` when
     /// it waits in the provider's queue (it comes out of [`Providers::release`] later).
     pub fn submit(&mut self, p: usize, attempt: usize, now: Micros) -> Option<Started> {
-        if let Some(q) = &mut self.queues[p] {
+        let servers = self.specs[p].servers_at(now);
+        if let (Some(q), Some(c)) = (&mut self.queues[p], servers) {
+            q.set_servers(c);
             if !q.arrive(attempt, now) {
                 return None;
             }
@@ -179,10 +215,24 @@ impl Providers {
         Some(self.serve(p, attempt, now, now))
     }
 
-    /// An attempt on `p` completed at `now`: frees its server and starts the next waiting one.
-    pub fn release(&mut self, p: usize, now: Micros) -> Option<Started> {
-        let (attempt, queued_at) = self.queues[p].as_mut()?.depart()?;
-        Some(self.serve(p, attempt, queued_at, now))
+    /// An attempt on `p` completed at `now`: frees its server and starts the waiting attempts
+    /// that now have one (several when the provider gained servers).
+    pub fn release(&mut self, p: usize, now: Micros) -> Vec<Started> {
+        let servers = self.specs[p].servers_at(now);
+        let Some(q) = self.queues[p].as_mut() else {
+            return Vec::new();
+        };
+        if let Some(c) = servers {
+            q.set_servers(c);
+        }
+        let mut next = Vec::new();
+        q.depart();
+        while let Some(w) = q.start_waiting() {
+            next.push(w);
+        }
+        next.into_iter()
+            .map(|(attempt, queued_at)| self.serve(p, attempt, queued_at, now))
+            .collect()
     }
 
     /// Draws the response of an attempt queued at `queued_at` whose service starts at `now`.
@@ -190,6 +240,7 @@ impl Providers {
         let spec = &self.specs[p];
         let rng = &mut self.rngs[p];
         let median_us = spec.median_ms * MS as f64;
+        let sigma = spec.jitter;
         let error = |rng: &mut SplitMix64, code, retry_after_s| {
             let latency = lognormal(rng, ERROR_MS * MS as f64, ERROR_SIGMA);
             (
@@ -201,14 +252,17 @@ impl Providers {
             )
         };
         let (service, reply) = match spec.behaviour_at(now) {
-            Behaviour::Normal => (lognormal(rng, median_us, JITTER_SIGMA), Reply::Ok),
-            Behaviour::Slow(f) => (lognormal(rng, median_us * f, JITTER_SIGMA), Reply::Ok),
-            Behaviour::Down => error(rng, 503, None),
-            Behaviour::Flaky(p_fail) => {
-                if rng.next_f64() < p_fail {
-                    error(rng, 500, None)
+            Behaviour::Normal => (lognormal(rng, median_us, sigma), Reply::Ok),
+            Behaviour::Slow(f) => (lognormal(rng, median_us * f, sigma), Reply::Ok),
+            Behaviour::Down {
+                status,
+                retry_after_s,
+            } => error(rng, status, retry_after_s),
+            Behaviour::Flaky { fail, status } => {
+                if rng.next_f64() < fail {
+                    error(rng, status, None)
                 } else {
-                    (lognormal(rng, median_us, JITTER_SIGMA), Reply::Ok)
+                    (lognormal(rng, median_us, sigma), Reply::Ok)
                 }
             }
             Behaviour::RateLimited { until } => {
@@ -241,8 +295,8 @@ impl Providers {
         match spec.behaviour_at(now) {
             Behaviour::Normal => wait + mean,
             Behaviour::Slow(f) => wait + mean * f,
-            Behaviour::Down | Behaviour::RateLimited { .. } => f64::INFINITY,
-            Behaviour::Flaky(p_fail) => {
+            Behaviour::Down { .. } | Behaviour::RateLimited { .. } => f64::INFINITY,
+            Behaviour::Flaky { fail: p_fail, .. } => {
                 let ok = 1.0 - p_fail;
                 if ok <= 0.0 {
                     f64::INFINITY
@@ -263,6 +317,11 @@ impl Providers {
 mod tests {
     use super::*;
 
+    const DOWN: Behaviour = Behaviour::Down {
+        status: 503,
+        retry_after_s: None,
+    };
+
     fn spec(phases: Vec<Phase>) -> ProviderSpec {
         ProviderSpec {
             phases,
@@ -275,17 +334,28 @@ mod tests {
         let s = spec(vec![
             Phase {
                 from: 10,
-                behaviour: Behaviour::Down,
+                behaviour: DOWN,
+                servers: None,
             },
             Phase {
                 from: 20,
                 behaviour: Behaviour::Normal,
+                servers: Some(2),
             },
         ]);
         assert_eq!(s.behaviour_at(0), Behaviour::Normal);
-        assert_eq!(s.behaviour_at(10), Behaviour::Down);
-        assert_eq!(s.behaviour_at(19), Behaviour::Down);
+        assert_eq!(s.behaviour_at(10), DOWN);
+        assert_eq!(s.behaviour_at(19), DOWN);
         assert_eq!(s.behaviour_at(25), Behaviour::Normal);
+        // Server counts apply to capacity-limited providers only.
+        assert_eq!(s.servers_at(25), None);
+        let limited = ProviderSpec {
+            servers: Some(4),
+            ..s.clone()
+        };
+        assert_eq!(limited.servers_at(0), Some(4));
+        assert_eq!(limited.servers_at(19), Some(4));
+        assert_eq!(limited.servers_at(20), Some(2));
     }
 
     #[test]
@@ -310,6 +380,7 @@ mod tests {
         let specs = [spec(vec![Phase {
             from: 0,
             behaviour: Behaviour::RateLimited { until },
+            servers: None,
         }])];
         let mut p = Providers::new(&specs, 3);
         let r = p.submit(0, 0, 2 * SEC + 1).map(|s| s.response.reply);
@@ -323,7 +394,11 @@ mod tests {
         assert!(p.expected_cost(0, 0).is_infinite());
         let flaky = [spec(vec![Phase {
             from: 0,
-            behaviour: Behaviour::Flaky(0.2),
+            behaviour: Behaviour::Flaky {
+                fail: 0.2,
+                status: 500,
+            },
+            servers: None,
         }])];
         let mut p = Providers::new(&flaky, 3);
         let fails = (0..10_000)
@@ -347,10 +422,11 @@ mod tests {
         assert!(p.expected_cost(0, 0) > idle_cost);
         let done = first.map_or(0, |s| s.done_at);
         let second = p.release(0, done);
-        assert_eq!(second.map(|s| s.attempt), Some(1));
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].attempt, 1);
         // Waited `done` µs before its own service began.
-        assert!(second.is_some_and(|s| s.response.latency > done));
-        assert!(p.release(0, done + 1).is_none());
+        assert!(second[0].response.latency > done);
+        assert!(p.release(0, done + 1).is_empty());
         assert_eq!(p.load(0), 0);
     }
 }

@@ -33,9 +33,15 @@ impl Queue {
         self.busy as usize + self.waiting.len()
     }
 
+    /// Changes the number of servers (at least one). Requests in service keep their server;
+    /// with fewer servers, new ones start only once the busy count is below the new number.
+    pub fn set_servers(&mut self, servers: u32) {
+        self.servers = servers.max(1);
+    }
+
     /// A request arrives; true when a server was free and it starts now, false when it waits.
     pub fn arrive(&mut self, attempt: usize, now: Micros) -> bool {
-        if self.busy < self.servers {
+        if self.busy < self.servers && self.waiting.is_empty() {
             self.busy += 1;
             true
         } else {
@@ -44,16 +50,19 @@ impl Queue {
         }
     }
 
-    /// A request left service; returns the next waiting request (attempt, enqueue time), which
-    /// takes the freed server.
-    pub fn depart(&mut self) -> Option<(usize, Micros)> {
-        match self.waiting.pop_front() {
-            Some(next) => Some(next),
-            None => {
-                self.busy = self.busy.saturating_sub(1);
-                None
-            }
+    /// A request left service: its server is free.
+    pub fn depart(&mut self) {
+        self.busy = self.busy.saturating_sub(1);
+    }
+
+    /// The next waiting request (attempt, enqueue time) if a server is free; it takes it.
+    pub fn start_waiting(&mut self) -> Option<(usize, Micros)> {
+        if self.busy >= self.servers {
+            return None;
         }
+        let next = self.waiting.pop_front()?;
+        self.busy += 1;
+        Some(next)
     }
 
     /// Expected wait before service for a request arriving now, given the mean service time:
@@ -94,13 +103,23 @@ pub fn mmc_latency(c: u32, rate: f64, service: f64) -> f64 {
     erlang_c(c, a) * service / (f64::from(c) - a) + service
 }
 
-/// The static traffic split (in steps of 1%) minimising mean latency over M/M/c providers
-/// `(servers, mean service µs)` at a total `rate` per µs: the herd's oracle. The optimum
-/// routes by these shares at random, which is as good as any fixed policy can be.
-pub fn optimal_split(providers: &[(u32, f64)], rate: f64) -> Vec<f64> {
+/// Mean latency of a provider `(servers, mean service µs)` receiving `rate` requests per µs:
+/// M/M/c for a capacity-limited one, the service time for an unlimited one (`None`).
+fn provider_latency(servers: Option<u32>, service: f64, rate: f64) -> f64 {
+    match servers {
+        Some(c) => mmc_latency(c, rate, service),
+        None => service,
+    }
+}
+
+/// The static traffic split (in steps of 1%) minimising mean latency over providers
+/// `(servers or unlimited, mean service µs)` at a total `rate` per µs: the herd's oracle. The
+/// optimum routes by these shares at random, which is as good as any fixed policy can be. A
+/// provider with an infinite service time (failing everything) gets nothing.
+pub fn optimal_split(providers: &[(Option<u32>, f64)], rate: f64) -> Vec<f64> {
     const STEPS: usize = 100;
     fn search(
-        providers: &[(u32, f64)],
+        providers: &[(Option<u32>, f64)],
         rate: f64,
         left: usize,
         prefix: &mut Vec<usize>,
@@ -117,7 +136,7 @@ pub fn optimal_split(providers: &[(u32, f64)], rate: f64) -> Vec<f64> {
                     if x == 0 {
                         0.0
                     } else {
-                        share * mmc_latency(c, share * rate, s)
+                        share * provider_latency(c, s, share * rate)
                     }
                 })
                 .sum();
@@ -138,6 +157,11 @@ pub fn optimal_split(providers: &[(u32, f64)], rate: f64) -> Vec<f64> {
     }
     let mut best = (f64::INFINITY, vec![0; providers.len()]);
     search(providers, rate, STEPS, &mut Vec::new(), &mut best);
+    if !best.0.is_finite() {
+        // Nothing can carry the load: the split that keeps the most providers stable.
+        let n = providers.len() as f64;
+        return vec![1.0 / n; providers.len()];
+    }
     best.1.iter().map(|&x| x as f64 / STEPS as f64).collect()
 }
 
@@ -159,13 +183,19 @@ mod tests {
     #[test]
     fn optimal_split_prefers_fast_until_it_queues() {
         // Equal providers: an even split.
-        let even = optimal_split(&[(10, 100.0), (10, 100.0)], 0.1);
+        let even = optimal_split(&[(Some(10), 100.0), (Some(10), 100.0)], 0.1);
         assert_eq!(even, vec![0.5, 0.5]);
         // A fast and a slow provider: most to the fast one, but not all.
         // 0.12 per µs x 100 µs = 12 busy servers' worth: more than the fast one has.
-        let s = optimal_split(&[(10, 100.0), (10, 300.0)], 0.12);
+        let s = optimal_split(&[(Some(10), 100.0), (Some(10), 300.0)], 0.12);
         assert!(s[0] > 0.6 && s[0] < 1.0, "{s:?}");
         assert!((s.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        // An unlimited provider takes the overflow of a limited faster one; a dead one nothing.
+        let s = optimal_split(
+            &[(Some(10), 100.0), (None, 300.0), (None, f64::INFINITY)],
+            0.12,
+        );
+        assert!(s[0] > 0.5 && s[0] < 0.84 && s[2] == 0.0, "{s:?}");
     }
 
     #[test]
@@ -176,14 +206,33 @@ mod tests {
         assert!(!q.arrive(3, 5));
         assert!(!q.arrive(4, 6));
         assert_eq!(q.load(), 4);
-        assert_eq!(q.depart(), Some((3, 5)));
-        assert_eq!(q.depart(), Some((4, 6)));
+        assert_eq!(q.start_waiting(), None);
+        q.depart();
+        assert_eq!(q.start_waiting(), Some((3, 5)));
+        q.depart();
+        assert_eq!(q.start_waiting(), Some((4, 6)));
         assert_eq!(q.load(), 2);
-        assert_eq!(q.depart(), None);
-        assert_eq!(q.depart(), None);
+        q.depart();
+        q.depart();
+        assert_eq!(q.start_waiting(), None);
         assert_eq!(q.load(), 0);
-        assert_eq!(q.depart(), None);
+        q.depart();
         assert_eq!(q.load(), 0);
+        // Fewer servers: the busy ones finish, nobody new starts until below the new count.
+        for i in 0..3 {
+            q.arrive(i, 0);
+        }
+        q.set_servers(1);
+        q.depart();
+        assert_eq!(q.start_waiting(), None);
+        q.depart();
+        assert_eq!(q.start_waiting(), Some((2, 0)));
+        // More servers: several waiting requests start at once.
+        q.arrive(3, 1);
+        q.arrive(4, 1);
+        q.set_servers(3);
+        assert_eq!(q.start_waiting(), Some((3, 1)));
+        assert_eq!(q.start_waiting(), Some((4, 1)));
     }
 
     #[test]

@@ -1,21 +1,18 @@
-//! The five scenarios and the contenders, with their parameters in one place.
+//! Scenarios, the targets they set, and the contenders.
 //!
-//! Every scenario runs `sidecars` independent sidecars, each sending one request every
-//! `period` (with a random phase) for `duration`. In scenarios 1–4 providers have unlimited
-//! capacity, so the sidecars do not affect each other and act as independent repetitions that
-//! make the per-request figures smooth; in the herd they share capacity-limited providers.
+//! A scenario is data: providers with their timelines, the fleet of sidecars and its request
+//! rate, the window the figures cover and the targets that apply, read from the TOML schema
+//! in [`super::scenario_file`]. The built-in scenarios are files of that schema under
+//! `docs/routing/scenarios/`, compiled in. Sidecars send one request every `period` (random
+//! phase) for `duration`; with unlimited-capacity providers they do not affect each other and
+//! act as independent repetitions, with capacity-limited ones (a herd) they share queues.
 
-use super::clock::{Micros, MS, SEC};
-use super::provider::{Behaviour, Phase, ProviderSpec};
+use super::clock::Micros;
+use super::provider::ProviderSpec;
 use super::queueing::optimal_split;
+use super::scenario_file;
 use super::strategy::{LowestAverage, Oracle, PowerOfTwo, RoundRobin, Strategy, Uniform};
 use super::sturnus::{Sturnus, Variant};
-
-/// Median latencies of the three providers in every scenario (fast, mid, slow), ms.
-pub const MEDIANS_MS: [f64; 3] = [200.0, 350.0, 600.0];
-
-/// Names of the three providers.
-pub const NAMES: [&str; 3] = ["fast", "mid", "slow"];
 
 /// The provider something happens to, and when.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -28,13 +25,53 @@ pub struct Incident {
     pub end: Option<Micros>,
 }
 
-/// One scenario: providers, load and what the figures look at.
+/// What a scenario requires of the "sturnus" contender; `None` means "not checked".
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Targets {
+    /// Mean latency in the focus window at most this multiple of the oracle's.
+    pub mean_vs_oracle: Option<f64>,
+    /// Mean latency no worse than the best strategy that probes (round-robin, random, P2C).
+    #[serde(default = "yes")]
+    pub beat_probing: bool,
+    /// At least 90% of traffic off the affected provider within this many requests.
+    pub switch_within: Option<usize>,
+    /// At most this fraction of attempts to the affected provider once it misbehaved.
+    pub bad_share: Option<f64>,
+    /// The recovered provider holds the majority again within this many requests.
+    pub recovery_within: Option<usize>,
+    /// Herd: the median sidecar's share standard deviation at most this.
+    pub sidecar_std: Option<f64>,
+    /// Herd: the fleet's share standard deviation at most this.
+    pub fleet_std: Option<f64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Targets {
+    /// Only the comparison with the probing strategies.
+    fn default() -> Self {
+        Self {
+            mean_vs_oracle: None,
+            beat_probing: true,
+            switch_within: None,
+            bad_share: None,
+            recovery_within: None,
+            sidecar_std: None,
+            fleet_std: None,
+        }
+    }
+}
+
+/// One scenario: providers, load, what the figures look at and the targets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     /// Command-line name.
-    pub name: &'static str,
+    pub name: String,
     /// One-line description for tables and charts.
-    pub title: &'static str,
+    pub title: String,
     /// Modelled providers with their timelines.
     pub providers: Vec<ProviderSpec>,
     /// Number of sidecars.
@@ -43,12 +80,14 @@ pub struct Scenario {
     pub period: Micros,
     /// Requests arrive during `[0, duration)`.
     pub duration: Micros,
-    /// What goes wrong (none in the herd).
+    /// What goes wrong, if the figures follow one provider's incident.
     pub incident: Option<Incident>,
-    /// Window whose requests the latency figures cover.
+    /// Window whose requests the figures cover.
     pub focus: (Micros, Micros),
-    /// True for the herd: settle/oscillate figures instead of incident figures.
+    /// True for a herd: settle/oscillate figures, and the oracle routes by the optimal split.
     pub herd: bool,
+    /// What sturnus must achieve here.
+    pub targets: Targets,
 }
 
 /// How big a run is.
@@ -56,117 +95,68 @@ pub struct Scenario {
 pub enum Size {
     /// The published figures.
     Full,
-    /// Fewer sidecars and a shorter herd: same shape, for tests.
+    /// The file's `quick` overrides (fewer sidecars, shorter runs): same shape, for tests.
     Quick,
 }
 
-/// Names accepted by `--scenario`.
-pub const SCENARIOS: [&str; 5] = ["step", "outage", "flaky", "rate-limited", "herd"];
+/// The built-in scenarios: name and TOML text (the files under `docs/routing/scenarios/`).
+pub const BUILT_IN: [(&str, &str); 11] = [
+    (
+        "step",
+        include_str!("../../docs/routing/scenarios/step.toml"),
+    ),
+    (
+        "outage",
+        include_str!("../../docs/routing/scenarios/outage.toml"),
+    ),
+    (
+        "flaky",
+        include_str!("../../docs/routing/scenarios/flaky.toml"),
+    ),
+    (
+        "rate-limited",
+        include_str!("../../docs/routing/scenarios/rate-limited.toml"),
+    ),
+    (
+        "herd",
+        include_str!("../../docs/routing/scenarios/herd.toml"),
+    ),
+    (
+        "herd-200",
+        include_str!("../../docs/routing/scenarios/herd-200.toml"),
+    ),
+    (
+        "herd-60",
+        include_str!("../../docs/routing/scenarios/herd-60.toml"),
+    ),
+    (
+        "herd-90",
+        include_str!("../../docs/routing/scenarios/herd-90.toml"),
+    ),
+    (
+        "herd-four",
+        include_str!("../../docs/routing/scenarios/herd-four.toml"),
+    ),
+    (
+        "herd-step",
+        include_str!("../../docs/routing/scenarios/herd-step.toml"),
+    ),
+    (
+        "herd-hosted",
+        include_str!("../../docs/routing/scenarios/herd-hosted.toml"),
+    ),
+];
 
-/// The scenario called `name`, if any.
-pub fn scenario(name: &str, size: Size) -> Option<Scenario> {
-    // Quick: fewer sidecars, and 30 s instead of 60 s of warm-up before the incident and
-    // 60 s instead of 120 s after it (still more than the 500 requests recovery may take).
-    let (reps, warmup, after) = match size {
-        Size::Full => (100, 60 * SEC, 120 * SEC),
-        Size::Quick => (10, 30 * SEC, 60 * SEC),
-    };
-    let (t1, t2) = (warmup, warmup + 60 * SEC);
-    let incident = |behaviour: Behaviour, end: Option<Micros>| {
-        let mut providers = three(None);
-        providers[0].phases.push(Phase {
-            from: if end.is_some() { t1 } else { 0 },
-            behaviour,
-        });
-        if let Some(end) = end {
-            providers[0].phases.push(Phase {
-                from: end,
-                behaviour: Behaviour::Normal,
-            });
-        }
-        providers
-    };
-    let base = |name, title, providers, incident, focus| Scenario {
-        name,
-        title,
-        providers,
-        sidecars: reps,
-        period: 100 * MS,
-        duration: t2 + after,
-        incident,
-        focus,
-        herd: false,
-    };
-    let during = Some(Incident {
-        provider: 0,
-        start: t1,
-        end: Some(t2),
-    });
-    Some(match name {
-        "step" => base(
-            "step",
-            "step: the fastest provider becomes 10x slower for 60 s, then recovers",
-            incident(Behaviour::Slow(10.0), Some(t2)),
-            during,
-            (t1, t2),
-        ),
-        "outage" => base(
-            "outage",
-            "outage: the fastest provider fails every request (503) for 60 s, then recovers",
-            incident(Behaviour::Down, Some(t2)),
-            during,
-            (t1, t2),
-        ),
-        "flaky" => Scenario {
-            duration: t2 + after / 2,
-            ..base(
-                "flaky",
-                "flaky: the fastest provider fails 20% of requests (500)",
-                incident(Behaviour::Flaky(0.2), None),
-                Some(Incident {
-                    provider: 0,
-                    start: 0,
-                    end: None,
-                }),
-                (20 * SEC, t2 + after / 2),
-            )
-        },
-        "rate-limited" => base(
-            "rate-limited",
-            "rate-limited: the fastest provider answers 429 with Retry-After for 60 s",
-            incident(Behaviour::RateLimited { until: t2 }, Some(t2)),
-            during,
-            (t1, t2),
-        ),
-        "herd" => {
-            let duration = match size {
-                Size::Full => 600 * SEC,
-                Size::Quick => 180 * SEC,
-            };
-            Scenario {
-                name: "herd",
-                title: "herd: 50 sidecars share providers whose latency grows with their load",
-                providers: three(Some([25, 35, 60])),
-                sidecars: 50,
-                period: 200 * MS,
-                duration,
-                incident: None,
-                focus: (duration / 2, duration),
-                herd: true,
-            }
-        }
-        _ => return None,
-    })
+/// Names accepted by `--scenario`.
+pub fn names() -> Vec<&'static str> {
+    BUILT_IN.iter().map(|(n, _)| *n).collect()
 }
 
-/// The three providers, optionally with server counts (capacity-limited).
-fn three(servers: Option<[u32; 3]>) -> Vec<ProviderSpec> {
-    (0..3)
-        .map(|i| ProviderSpec {
-            servers: servers.map(|s| s[i]),
-            ..ProviderSpec::new(NAMES[i], MEDIANS_MS[i])
-        })
-        .collect()
+/// The built-in scenario called `name`, if any.
+pub fn scenario(name: &str, size: Size) -> Option<Scenario> {
+    let (_, text) = BUILT_IN.iter().find(|(n, _)| *n == name)?;
+    // The built-in files are checked by a unit test; a broken one reads as unknown.
+    scenario_file::parse(text, size).ok()
 }
 
 /// A routing strategy taking part in the comparison.
@@ -209,7 +199,7 @@ impl Contender {
             match me {
                 Contender::Sturnus(variant) => Box::new(Sturnus::new(n, variant)),
                 Contender::Oracle => Box::new(match &split {
-                    Some(shares) => Oracle::split(shares.clone()),
+                    Some(splits) => Oracle::split(splits.clone()),
                     None => Oracle::greedy(),
                 }),
                 Contender::RoundRobin => Box::new(RoundRobin::new(n)),
@@ -221,15 +211,30 @@ impl Contender {
     }
 }
 
-/// The split minimising the herd's mean latency, from the M/M/c model of its providers.
-pub fn herd_split(scenario: &Scenario) -> Vec<f64> {
-    let providers: Vec<(u32, f64)> = scenario
+/// The splits minimising a herd's mean latency, from the M/M/c model of its providers: one
+/// per stretch of time between phase changes, as `(from, shares)`.
+pub fn herd_split(scenario: &Scenario) -> Vec<(Micros, Vec<f64>)> {
+    let mut changes: Vec<Micros> = scenario
         .providers
         .iter()
-        .map(|p| (p.servers.unwrap_or(u32::MAX), p.mean_us()))
+        .flat_map(|p| p.phases.iter().map(|ph| ph.from))
+        .filter(|&t| t > 0 && t < scenario.duration)
         .collect();
+    changes.push(0);
+    changes.sort_unstable();
+    changes.dedup();
     let rate = scenario.sidecars as f64 / scenario.period.max(1) as f64;
-    optimal_split(&providers, rate)
+    changes
+        .into_iter()
+        .map(|t| {
+            let providers: Vec<(Option<u32>, f64)> = scenario
+                .providers
+                .iter()
+                .map(|p| (p.servers_at(t), p.service_us_at(t)))
+                .collect();
+            (t, optimal_split(&providers, rate))
+        })
+        .collect()
 }
 
 /// Every contender: sturnus (as `current` says), sturnus as seeded, the oracle, then the
@@ -251,19 +256,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_named_scenario_exists_and_is_sane() {
-        for name in SCENARIOS {
+    fn every_built_in_scenario_parses_and_is_sane() {
+        for name in names() {
             for size in [Size::Full, Size::Quick] {
                 let s = scenario(name, size).unwrap_or_else(|| panic!("{name}"));
                 assert_eq!(s.name, name);
-                assert_eq!(s.providers.len(), 3);
-                assert!(s.focus.0 < s.focus.1 && s.focus.1 <= s.duration);
-                assert_eq!(s.herd, name == "herd");
-                assert_eq!(s.herd, s.providers.iter().all(|p| p.servers.is_some()));
+                assert!(s.focus.0 < s.focus.1 && s.focus.1 <= s.duration, "{name}");
+                assert_eq!(s.herd, name.starts_with("herd"), "{name}");
+                assert_eq!(
+                    s.herd,
+                    s.providers.iter().any(|p| p.servers.is_some()),
+                    "{name}"
+                );
+                assert!(s.targets.mean_vs_oracle.is_some(), "{name}");
             }
         }
         assert!(scenario("nope", Size::Full).is_none());
         assert_eq!(scenario("herd", Size::Quick).map(|s| s.sidecars), Some(50));
+        assert_eq!(scenario("step", Size::Quick).map(|s| s.sidecars), Some(10));
+    }
+
+    #[test]
+    fn herd_oracle_splits_follow_phases() {
+        let s = scenario("herd-step", Size::Full).unwrap_or_else(|| unreachable!());
+        let splits = herd_split(&s);
+        assert_eq!(splits.len(), 2);
+        assert_eq!(splits[1].0, 300 * super::super::clock::SEC);
+        // With half its servers, the fast provider gets a smaller share.
+        assert!(splits[1].1[0] < splits[0].1[0], "{splits:?}");
+        let hosted = scenario("herd-hosted", Size::Full).unwrap_or_else(|| unreachable!());
+        let split = &herd_split(&hosted)[0].1;
+        assert!(split[0] > 0.3 && split[2] < split[1], "{split:?}");
     }
 
     #[test]

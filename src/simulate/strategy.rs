@@ -213,7 +213,8 @@ impl Strategy for PowerOfTwo {
 /// exactly the herd behaviour the scenario is about).
 #[derive(Debug, Default)]
 pub struct Oracle {
-    split: Option<Vec<f64>>,
+    /// `(from, shares)`, sorted by time.
+    split: Option<Vec<(Micros, Vec<f64>)>>,
 }
 
 impl Oracle {
@@ -222,10 +223,10 @@ impl Oracle {
         Self { split: None }
     }
 
-    /// Oracle routing at random by a precomputed optimal split.
-    pub fn split(shares: Vec<f64>) -> Self {
+    /// Oracle routing at random by precomputed optimal splits, each in force from its time.
+    pub fn split(splits: Vec<(Micros, Vec<f64>)>) -> Self {
         Self {
-            split: Some(shares),
+            split: Some(splits),
         }
     }
 }
@@ -233,7 +234,14 @@ impl Oracle {
 impl Strategy for Oracle {
     fn pick(&mut self, now: Micros, rng: &mut SplitMix64, world: &Providers) -> usize {
         match &self.split {
-            Some(shares) => crate::routing::pick_index(shares, rng.next_f64()),
+            Some(splits) => {
+                let shares = splits
+                    .iter()
+                    .take_while(|(from, _)| *from <= now)
+                    .last()
+                    .map_or(&[][..], |(_, s)| s.as_slice());
+                crate::routing::pick_index(shares, rng.next_f64())
+            }
             None => argmin((0..world.specs().len()).map(|p| world.expected_cost(p, now))),
         }
     }
@@ -350,7 +358,9 @@ mod tests {
         let w = world();
         let mut rng = SplitMix64::new(1);
         assert_eq!(Oracle::greedy().pick(0, &mut rng, &w), 1);
-        assert_eq!(Oracle::split(vec![0.0, 0.0, 1.0]).pick(0, &mut rng, &w), 2);
+        let splits = vec![(0, vec![0.0, 0.0, 1.0]), (10, vec![1.0, 0.0, 0.0])];
+        assert_eq!(Oracle::split(splits.clone()).pick(0, &mut rng, &w), 2);
+        assert_eq!(Oracle::split(splits).pick(10, &mut rng, &w), 0);
         assert_eq!(argmin([f64::INFINITY, f64::INFINITY].into_iter()), 0);
     }
 }

@@ -31,11 +31,13 @@ pub struct Variant {
     pub wait_age: bool,
     /// A `Retry-After` backs the candidate off ([`CandidateStats::back_off_until`]).
     pub retry_after: bool,
+    /// Answers build the congestion discount ([`crate::routing::congestion`]).
+    pub congestion: bool,
 }
 
 impl Variant {
     /// The seed: `exploit_k` 3, `ewma_alpha` 0.3, no waiting-age tracking, `Retry-After`
-    /// ignored (the seed's relay records latency and outcome only).
+    /// ignored, no congestion discount (the seed's relay records latency and outcome only).
     pub const SEED: Variant = Variant {
         label: "sturnus (seed)",
         params: RoutingParams {
@@ -46,18 +48,20 @@ impl Variant {
         },
         wait_age: false,
         retry_after: false,
+        congestion: false,
     };
 
     /// One line saying how this variant routes.
     pub fn describe(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
         format!(
-            "exploit_k {}, ewma_alpha {}, probe_floor {}, waiting age {}, Retry-After {}",
+            "exploit_k {}, ewma_alpha {}, probe_floor {}, waiting age {}, Retry-After {}, congestion discount {}",
             self.params.exploit_k,
             self.params.ewma_alpha,
             self.params.probe_floor,
             on(self.wait_age),
-            on(self.retry_after)
+            on(self.retry_after),
+            on(self.congestion)
         )
     }
 
@@ -68,6 +72,7 @@ impl Variant {
             params: RoutingParams::default(),
             wait_age: true,
             retry_after: true,
+            congestion: true,
         }
     }
 }
@@ -86,7 +91,15 @@ impl Sturnus {
     pub fn new(n: usize, variant: Variant) -> Self {
         let n = n.max(1);
         Self {
-            stats: (0..n).map(|_| Arc::new(CandidateStats::new())).collect(),
+            stats: (0..n)
+                .map(|_| {
+                    Arc::new(if variant.congestion {
+                        CandidateStats::new()
+                    } else {
+                        CandidateStats::without_congestion()
+                    })
+                })
+                .collect(),
             inflight: (0..n).map(|_| Vec::new()).collect(),
             waiting: (0..n).map(|_| Vec::new()).collect(),
             variant,

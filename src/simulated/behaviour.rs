@@ -90,10 +90,25 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// A request the provider is working on (see [`Behaviour::admit`]).
+pub(crate) struct InProgress<'a> {
+    behaviour: &'a Behaviour,
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.behaviour.in_progress.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Live-tunable behaviour of one simulated provider (all atomics so a test or the demo can
 /// change it mid-run).
 pub struct Behaviour {
     latency_us: AtomicU64,
+    /// Extra delay per other request in progress: a provider whose latency grows with load.
+    per_concurrent_us: AtomicU64,
+    /// Requests in progress (admitted, not yet finished).
+    in_progress: AtomicU64,
     chunk_interval_us: AtomicU64,
     chunks: AtomicU32,
     /// `every << 16 | status`, one word so the pair is always read consistently.
@@ -129,6 +144,8 @@ impl Behaviour {
     pub fn new() -> Behaviour {
         Behaviour {
             latency_us: AtomicU64::new(0),
+            per_concurrent_us: AtomicU64::new(0),
+            in_progress: AtomicU64::new(0),
             chunk_interval_us: AtomicU64::new(0),
             chunks: AtomicU32::new(DEFAULT_CHUNKS),
             failure: AtomicU64::new(0),
@@ -146,6 +163,25 @@ impl Behaviour {
     /// The delay before the response headers.
     pub fn latency(&self) -> Duration {
         Duration::from_micros(self.latency_us.load(Ordering::Relaxed))
+    }
+
+    /// Makes the delay before the response headers grow by `d` for every other request the
+    /// provider is working on when a request arrives (a model server whose latency grows with
+    /// its load); zero turns it off.
+    pub fn set_latency_per_concurrent(&self, d: Duration) {
+        self.per_concurrent_us.store(micros(d), Ordering::Relaxed);
+    }
+
+    /// Counts a request in progress until the returned guard drops, and says how long it waits
+    /// before its headers: the latency plus the per-concurrent delay for each other request.
+    pub(crate) fn admit(&self) -> (Duration, InProgress<'_>) {
+        let others = self.in_progress.fetch_add(1, Ordering::Relaxed);
+        let per = self.per_concurrent_us.load(Ordering::Relaxed);
+        let extra = Duration::from_micros(per.saturating_mul(others));
+        (
+            self.latency().saturating_add(extra),
+            InProgress { behaviour: self },
+        )
     }
 
     /// Sets the pause between consecutive SSE events of a streaming answer.
@@ -295,5 +331,20 @@ mod tests {
             Fault::SlowDrip(d) => assert!(d > Duration::from_secs(1_000_000)),
             other => panic!("unexpected fault {other:?}"),
         }
+    }
+
+    #[test]
+    fn latency_grows_with_requests_in_progress() {
+        let b = Behaviour::new();
+        b.set_latency(Duration::from_millis(10));
+        let (first, g1) = b.admit();
+        assert_eq!(first, Duration::from_millis(10));
+        b.set_latency_per_concurrent(Duration::from_millis(5));
+        let (second, g2) = b.admit();
+        assert_eq!(second, Duration::from_millis(15));
+        let (third, _g3) = b.admit();
+        assert_eq!(third, Duration::from_millis(20));
+        drop((g1, g2));
+        assert_eq!(b.admit().0, Duration::from_millis(15));
     }
 }

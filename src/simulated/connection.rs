@@ -241,7 +241,7 @@ impl Connection<'_> {
             shared.connections.reused(answered_before);
         }
         self.refresh_headers();
-        let latency = behaviour.latency();
+        let (latency, _in_progress) = behaviour.admit();
         if !latency.is_zero() && !self.pause(latency).await {
             return Flow::Abort;
         }

@@ -109,6 +109,29 @@ async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn traffic_spreads_over_providers_whose_latency_grows_with_their_load() {
+    // Both providers slow down by 15 ms for every other request they are working on; a is the
+    // faster one when idle. With 12 requests always in flight, piling onto a would make it
+    // 10 + 11 x 15 = 175 ms against b's idle 25 ms: the traffic has to spread.
+    let (a, b, proxy) = two_candidates("").await;
+    a.behaviour.set_latency(Duration::from_millis(10));
+    b.behaviour.set_latency(Duration::from_millis(25));
+    for p in [&a, &b] {
+        p.behaviour
+            .set_latency_per_concurrent(Duration::from_millis(15));
+    }
+    let served = drive(&proxy, 600, 12, false).await;
+    let settled = &served[300..];
+    let (to_a, to_b) = (share(settled, "a"), share(settled, "b"));
+    assert!(
+        to_a > 0.2 && to_b > 0.2,
+        "traffic piled onto one provider: a {to_a}, b {to_b}"
+    );
+    // The faster provider still carries at least its half.
+    assert!(to_a >= 0.4, "a {to_a}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_failing_candidate_is_deprioritised_and_its_errors_reach_the_client() {
     let alpha = 0.4;
     let (a, b, proxy) = two_candidates(&format!("[routing]\newma_alpha = {alpha}\n")).await;

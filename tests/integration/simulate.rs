@@ -1,5 +1,6 @@
-//! `sturnus simulate`: the real binary runs the deterministic routing simulation in its quick
-//! configuration, and sturnus's strategy must meet the issue's targets. These are behaviour
+//! `sturnus simulate`: the real binary runs the quick variant of every built-in scenario of the
+//! deterministic routing simulation with `--check`, and sturnus's strategy must meet each
+//! scenario's targets; a scenario file runs the same way. These are behaviour
 //! assertions on a seeded simulation (virtual time), not timing measurements.
 
 use serde_json::Value;
@@ -52,8 +53,23 @@ fn num(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} is a number in {v}"))
 }
 
+/// Every built-in scenario, in the order the report lists them.
+const SCENARIOS: [&str; 11] = [
+    "step",
+    "outage",
+    "flaky",
+    "rate-limited",
+    "herd",
+    "herd-200",
+    "herd-60",
+    "herd-90",
+    "herd-four",
+    "herd-step",
+    "herd-hosted",
+];
+
 #[test]
-fn quick_run_meets_the_targets_and_writes_charts() {
+fn quick_run_of_every_scenario_meets_the_targets_and_writes_charts() {
     let dir = scratch_dir("charts");
     let out_dir = dir.join("routing");
     let out = simulate(&[
@@ -65,17 +81,17 @@ fn quick_run_meets_the_targets_and_writes_charts() {
     ]);
     let report = json(&out);
     assert_eq!(report["quick"], true);
+    let names: Vec<&str> = report["scenarios"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, SCENARIOS);
 
     // step: the fastest provider becomes 10x slower, then recovers.
     let step = scenario(&report, "step");
     let me = row(step, "sturnus");
-    assert!(num(me, "mean_vs_oracle") <= 1.2, "{me}");
-    for other in ["round-robin", "random", "p2c-peak-ewma"] {
-        assert!(
-            num(me, "mean_ms") < num(row(step, other), "mean_ms"),
-            "sturnus vs {other}"
-        );
-    }
     assert!(num(me, "switch_requests") <= 50.0, "{me}");
     assert!(num(me, "recovery_requests") <= 500.0, "{me}");
     // A strategy without probing never wins the recovered provider back.
@@ -85,7 +101,6 @@ fn quick_run_meets_the_targets_and_writes_charts() {
     let outage = scenario(&report, "outage");
     let me = row(outage, "sturnus");
     assert!(num(me, "bad_share") <= 0.02, "{me}");
-    assert!(num(me, "recovery_requests") <= 500.0, "{me}");
     let rr = num(row(outage, "round-robin"), "bad_share");
     assert!((0.3..0.37).contains(&rr), "round-robin sends a third: {rr}");
 
@@ -93,18 +108,30 @@ fn quick_run_meets_the_targets_and_writes_charts() {
     let limited = row(scenario(&report, "rate-limited"), "sturnus");
     assert!(num(limited, "bad_share") <= 0.02, "{limited}");
 
-    // herd: 50 sidecars on load-dependent providers settle instead of oscillating.
-    let herd = row(scenario(&report, "herd"), "sturnus");
-    assert!(num(&herd["herd"], "sidecar_std_median") <= 0.1, "{herd}");
+    // Herds: the fleet settles (the bars are each file's quick.targets).
+    for name in SCENARIOS.iter().filter(|n| n.starts_with("herd")) {
+        let me = row(scenario(&report, name), "sturnus");
+        assert!(num(&me["herd"], "fleet_std") <= 0.1, "{name}: {me}");
+    }
 
-    // Every target listed in the report holds (and --check agreed by exiting 0).
+    // The incident scenarios check sturnus against the best probing strategy, and every
+    // target listed in the report holds (--check agreed by exiting 0).
     for sc in report["scenarios"].as_array().into_iter().flatten() {
-        for t in sc["targets"].as_array().into_iter().flatten() {
-            assert_eq!(t["pass"], true, "{t}");
+        let targets = sc["targets"].as_array().expect("targets");
+        let name = sc["name"].as_str().unwrap_or("");
+        assert!(
+            name.starts_with("herd")
+                || targets.iter().any(|t| t["what"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("best probing strategy"))),
+            "{name}"
+        );
+        for t in targets {
+            assert_eq!(t["pass"], true, "{}: {t}", sc["name"]);
         }
     }
 
-    for name in ["step", "outage", "flaky", "rate-limited", "herd"] {
+    for name in SCENARIOS {
         let svg = std::fs::read_to_string(out_dir.join(format!("{name}.svg"))).expect("chart");
         assert!(svg.starts_with("<svg"), "{name}.svg");
         assert!(svg.contains("traffic share over time"), "{name}.svg");
@@ -119,6 +146,73 @@ fn quick_run_meets_the_targets_and_writes_charts() {
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).expect("json"))
             .expect("results.json parses");
     assert_eq!(written, report);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn scenario_file_runs_and_check_fails_on_a_missed_target() {
+    let dir = scratch_dir("file");
+    // Two providers, the faster one down for 20 s; an impossible latency target.
+    let file = dir.join("tiny.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "tiny"
+title = "tiny: a provider goes down"
+sidecars = 3
+rate = 5
+duration_s = 60
+focus_s = [20, 40]
+figures = "incident"
+incident = { provider = "a", start_s = 20, end_s = 40 }
+
+[targets]
+mean_vs_oracle = 0.5
+beat_probing = false
+bad_share = 0.5
+
+[[provider]]
+name = "a"
+median_ms = 100
+phase = [
+  { from_s = 20, behaviour = "down", status = 502 },
+  { from_s = 40, behaviour = "normal" },
+]
+
+[[provider]]
+name = "b"
+median_ms = 300
+jitter = 0.1
+"#,
+    )
+    .expect("write scenario");
+    let path = file.to_str().expect("utf-8 path");
+    let out = simulate(&["--scenario-file", path, "--json", "--check"]);
+    assert_eq!(out.status.code(), Some(2), "a missed target fails --check");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let sc = scenario(&report, "tiny");
+    assert_eq!(sc["providers"][1], "b (300 ms)");
+    let targets = sc["targets"].as_array().expect("targets");
+    let missed: Vec<&Value> = targets.iter().filter(|t| t["pass"] == false).collect();
+    assert_eq!(missed.len(), 1, "{targets:?}");
+    assert!(missed[0]["what"]
+        .as_str()
+        .unwrap_or("")
+        .contains("0.5 x oracle"));
+    // Without --check the same run succeeds.
+    assert!(simulate(&["--scenario-file", path, "--json"])
+        .status
+        .success());
+
+    // A broken file names the field.
+    std::fs::write(&file, "name = \"x\"\nrate = -1\n").expect("write");
+    let bad = simulate(&["--scenario-file", path]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("tiny.toml") && err.contains("missing field"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

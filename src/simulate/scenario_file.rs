@@ -1,0 +1,484 @@
+//! The scenario schema: a TOML file describing providers, the fleet and the targets.
+//!
+//! `sturnus simulate --scenario-file FILE` reads one; the built-in scenarios are files of the
+//! same schema (`docs/routing/scenarios/`). Times are seconds, latencies milliseconds; the
+//! schema is documented in `docs/routing.md`. Errors name the offending field.
+
+use super::clock::{Micros, SEC};
+use super::provider::{Behaviour, Phase, ProviderSpec};
+use super::scenario::{Incident, Scenario, Size, Targets};
+use serde::Deserialize;
+
+/// Most providers a scenario may have (the charts' colours, the oracle's search).
+pub const MAX_PROVIDERS: usize = 4;
+
+/// Most sidecars a scenario may have.
+pub const MAX_SIDECARS: usize = 10_000;
+
+/// Longest run, in seconds (one day).
+pub const MAX_DURATION_S: f64 = 86_400.0;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    name: String,
+    title: String,
+    sidecars: usize,
+    /// Requests per second of one sidecar.
+    rate: f64,
+    duration_s: f64,
+    focus_s: [f64; 2],
+    figures: FigureKind,
+    incident: Option<IncidentFile>,
+    quick: Option<Quick>,
+    #[serde(default)]
+    targets: Targets,
+    provider: Vec<ProviderFile>,
+}
+
+/// Which figures a scenario reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum FigureKind {
+    /// Incident figures: switching, share to the affected provider, recovery.
+    Incident,
+    /// Herd figures: share standard deviations; the oracle uses the optimal split.
+    Herd,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IncidentFile {
+    provider: String,
+    start_s: f64,
+    end_s: Option<f64>,
+}
+
+/// Overrides for `--quick`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Quick {
+    sidecars: Option<usize>,
+    duration_s: Option<f64>,
+    /// Added to every time after 0 (phases, incident, focus), to shorten a warm-up.
+    shift_s: Option<f64>,
+    focus_s: Option<[f64; 2]>,
+    /// Replaces `[targets]` at quick size: the bar the test suite holds.
+    targets: Option<Targets>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderFile {
+    name: String,
+    median_ms: f64,
+    jitter: Option<f64>,
+    servers: Option<u32>,
+    #[serde(default)]
+    phase: Vec<PhaseFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PhaseFile {
+    from_s: f64,
+    behaviour: BehaviourName,
+    factor: Option<f64>,
+    fail: Option<f64>,
+    status: Option<u16>,
+    retry_after_s: Option<u64>,
+    servers: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum BehaviourName {
+    Normal,
+    Slow,
+    Down,
+    Flaky,
+    RateLimited,
+}
+
+/// Parses a scenario file at the given size; `Err` says what is wrong and where.
+pub fn parse(text: &str, size: Size) -> Result<Scenario, String> {
+    let file: File = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    build(file, size)
+}
+
+/// Reads and parses `path`.
+pub fn load(path: &std::path::Path, size: Size) -> Result<Scenario, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse(&text, size).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+/// Seconds to virtual time, checked to be finite, >= 0 and at most a day.
+fn secs(field: &str, s: f64) -> Result<Micros, String> {
+    check((0.0..=MAX_DURATION_S).contains(&s), || {
+        format!("{field}: {s} is out of range (0 to {MAX_DURATION_S} seconds)")
+    })?;
+    Ok((s * SEC as f64).round() as Micros)
+}
+
+fn build(f: File, size: Size) -> Result<Scenario, String> {
+    let mut quick = match size {
+        Size::Full => Quick::default(),
+        Size::Quick => f.quick.unwrap_or_default(),
+    };
+    let targets = quick.targets.take().unwrap_or(f.targets);
+    let shift = quick.shift_s.unwrap_or(0.0);
+    // A time of the timeline, moved by the quick shift (0 stays 0).
+    let at = |field: &str, s: f64| -> Result<Micros, String> {
+        let moved = if s > 0.0 { s + shift } else { s };
+        check(moved >= 0.0, || {
+            format!("{field}: {s} is before 0 once shifted by quick.shift_s")
+        })?;
+        secs(field, moved)
+    };
+    check(!f.name.is_empty(), || "name: must not be empty".into())?;
+    let sidecars = quick.sidecars.unwrap_or(f.sidecars);
+    check((1..=MAX_SIDECARS).contains(&sidecars), || {
+        format!("sidecars: {sidecars} is out of range (1 to {MAX_SIDECARS})")
+    })?;
+    check(
+        f.rate.is_finite() && f.rate > 0.0 && f.rate <= 1000.0,
+        || {
+            format!(
+                "rate: {} is out of range (> 0 and <= 1000 per second)",
+                f.rate
+            )
+        },
+    )?;
+    let period = ((SEC as f64 / f.rate).round() as Micros).max(1);
+    let duration = secs("duration_s", quick.duration_s.unwrap_or(f.duration_s))?;
+    check(duration > 0, || "duration_s: must be > 0".into())?;
+    let focus = match quick.focus_s {
+        Some([a, b]) => (secs("quick.focus_s", a)?, secs("quick.focus_s", b)?),
+        None => (at("focus_s", f.focus_s[0])?, at("focus_s", f.focus_s[1])?),
+    };
+    check(focus.0 < focus.1 && focus.1 <= duration, || {
+        "focus_s: must be [start, end] with start < end <= duration_s".into()
+    })?;
+    check(
+        !f.provider.is_empty() && f.provider.len() <= MAX_PROVIDERS,
+        || format!("provider: between 1 and {MAX_PROVIDERS} providers"),
+    )?;
+    let mut providers = Vec::new();
+    for (i, p) in f.provider.iter().enumerate() {
+        providers.push(provider(i, p, &at, duration)?);
+    }
+    for (i, p) in providers.iter().enumerate() {
+        check(!providers[..i].iter().any(|q| q.name == p.name), || {
+            format!("provider[{i}].name: {:?} is used twice", p.name)
+        })?;
+    }
+    let incident = match &f.incident {
+        None => None,
+        Some(inc) => {
+            let provider = providers
+                .iter()
+                .position(|p| p.name == inc.provider)
+                .ok_or_else(|| {
+                    format!("incident.provider: no provider named {:?}", inc.provider)
+                })?;
+            let start = at("incident.start_s", inc.start_s)?;
+            let end = inc.end_s.map(|e| at("incident.end_s", e)).transpose()?;
+            check(end.is_none_or(|e| e > start && e <= duration), || {
+                "incident.end_s: must be after start_s and at most duration_s".into()
+            })?;
+            Some(Incident {
+                provider,
+                start,
+                end,
+            })
+        }
+    };
+    let herd = f.figures == FigureKind::Herd;
+    check(herd || f.incident.is_some(), || {
+        "incident: required when figures = \"incident\"".into()
+    })?;
+    check(
+        herd == providers.iter().any(|p| p.servers.is_some()),
+        || "figures: \"herd\" exactly when some provider has servers (shared capacity)".into(),
+    )?;
+    Ok(Scenario {
+        name: f.name,
+        title: f.title,
+        providers,
+        sidecars,
+        period,
+        duration,
+        incident,
+        focus,
+        herd,
+        targets,
+    })
+}
+
+fn provider(
+    i: usize,
+    p: &ProviderFile,
+    at: &impl Fn(&str, f64) -> Result<Micros, String>,
+    duration: Micros,
+) -> Result<ProviderSpec, String> {
+    let field = |k: &str| format!("provider[{i}].{k}");
+    check(!p.name.is_empty(), || {
+        format!("{}: must not be empty", field("name"))
+    })?;
+    check(
+        p.median_ms.is_finite() && p.median_ms > 0.0 && p.median_ms <= 600_000.0,
+        || {
+            format!(
+                "{}: {} is out of range (> 0, <= 600000)",
+                field("median_ms"),
+                p.median_ms
+            )
+        },
+    )?;
+    let jitter = p.jitter.unwrap_or(super::provider::JITTER_SIGMA);
+    check((0.0..=2.0).contains(&jitter), || {
+        format!("{}: {jitter} is out of range (0 to 2)", field("jitter"))
+    })?;
+    check(p.servers.is_none_or(|c| c >= 1), || {
+        format!("{}: must be at least 1", field("servers"))
+    })?;
+    let mut phases: Vec<Phase> = Vec::new();
+    for (j, ph) in p.phase.iter().enumerate() {
+        let pf = |k: &str| format!("provider[{i}].phase[{j}].{k}");
+        let from = at(&pf("from_s"), ph.from_s)?;
+        check(phases.last().is_none_or(|prev| prev.from < from), || {
+            format!("{}: phases must be in increasing time order", pf("from_s"))
+        })?;
+        let until = p
+            .phase
+            .get(j + 1)
+            .map(|next| at(&pf("from_s"), next.from_s))
+            .transpose()?
+            .unwrap_or(duration);
+        let unused = |k: &str, present: bool| {
+            check(!present, || {
+                format!("{}: does not apply to behaviour {:?}", pf(k), ph.behaviour)
+            })
+        };
+        let status = |default: u16| -> Result<u16, String> {
+            let s = ph.status.unwrap_or(default);
+            check((400..=599).contains(&s), || {
+                format!("{}: {s} is not an error status (400 to 599)", pf("status"))
+            })?;
+            Ok(s)
+        };
+        let behaviour = match ph.behaviour {
+            BehaviourName::Normal => {
+                unused("factor", ph.factor.is_some())?;
+                unused("fail", ph.fail.is_some())?;
+                unused("status", ph.status.is_some())?;
+                unused("retry_after_s", ph.retry_after_s.is_some())?;
+                Behaviour::Normal
+            }
+            BehaviourName::Slow => {
+                unused("fail", ph.fail.is_some())?;
+                unused("status", ph.status.is_some())?;
+                unused("retry_after_s", ph.retry_after_s.is_some())?;
+                let f = ph
+                    .factor
+                    .ok_or_else(|| format!("{}: required for \"slow\"", pf("factor")))?;
+                check(f.is_finite() && f > 0.0 && f <= 1000.0, || {
+                    format!("{}: {f} is out of range (> 0, <= 1000)", pf("factor"))
+                })?;
+                Behaviour::Slow(f)
+            }
+            BehaviourName::Down => {
+                unused("factor", ph.factor.is_some())?;
+                unused("fail", ph.fail.is_some())?;
+                Behaviour::Down {
+                    status: status(503)?,
+                    retry_after_s: ph.retry_after_s,
+                }
+            }
+            BehaviourName::Flaky => {
+                unused("factor", ph.factor.is_some())?;
+                unused("retry_after_s", ph.retry_after_s.is_some())?;
+                let fail = ph
+                    .fail
+                    .ok_or_else(|| format!("{}: required for \"flaky\"", pf("fail")))?;
+                check((0.0..=1.0).contains(&fail), || {
+                    format!("{}: {fail} is out of range (0 to 1)", pf("fail"))
+                })?;
+                Behaviour::Flaky {
+                    fail,
+                    status: status(500)?,
+                }
+            }
+            BehaviourName::RateLimited => {
+                unused("factor", ph.factor.is_some())?;
+                unused("fail", ph.fail.is_some())?;
+                unused("status", ph.status.is_some())?;
+                // Retry-After points at the end of the phase unless given.
+                let until = match ph.retry_after_s {
+                    Some(s) => from.saturating_add(s.saturating_mul(SEC)),
+                    None => until,
+                };
+                Behaviour::RateLimited { until }
+            }
+        };
+        check(
+            ph.servers.is_none() || (p.servers.is_some() && ph.servers >= Some(1)),
+            || {
+                format!(
+                    "{}: only a provider with servers can change them (at least 1)",
+                    pf("servers")
+                )
+            },
+        )?;
+        phases.push(Phase {
+            from,
+            behaviour,
+            servers: ph.servers,
+        });
+    }
+    Ok(ProviderSpec {
+        name: p.name.clone(),
+        median_ms: p.median_ms,
+        jitter,
+        servers: p.servers,
+        phases,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::clock::MS;
+    use super::*;
+
+    const MINIMAL: &str = r#"
+name = "mini"
+title = "mini: one provider goes down"
+sidecars = 2
+rate = 4
+duration_s = 30
+focus_s = [10, 20]
+figures = "incident"
+incident = { provider = "a", start_s = 10, end_s = 20 }
+quick = { sidecars = 1, shift_s = -5, duration_s = 20 }
+
+[[provider]]
+name = "a"
+median_ms = 100
+phase = [
+  { from_s = 10, behaviour = "down", retry_after_s = 3 },
+  { from_s = 20, behaviour = "normal" },
+]
+
+[[provider]]
+name = "b"
+median_ms = 150
+jitter = 0.1
+"#;
+
+    #[test]
+    fn minimal_file_full_and_quick() {
+        let s = parse(MINIMAL, Size::Full).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.name, "mini");
+        assert_eq!(s.period, 250 * MS);
+        assert_eq!(s.focus, (10 * SEC, 20 * SEC));
+        assert_eq!(
+            s.providers[0].behaviour_at(15 * SEC),
+            Behaviour::Down {
+                status: 503,
+                retry_after_s: Some(3)
+            }
+        );
+        assert_eq!(s.providers[1].jitter, 0.1);
+        assert!(s.targets.beat_probing && s.targets.mean_vs_oracle.is_none());
+        let q = parse(MINIMAL, Size::Quick).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(q.sidecars, 1);
+        assert_eq!(q.duration, 20 * SEC);
+        assert_eq!(q.focus, (5 * SEC, 15 * SEC));
+        assert_eq!(q.incident.map(|i| i.start), Some(5 * SEC));
+        assert_eq!(q.providers[0].phases[1].from, 15 * SEC);
+        // Quick targets replace the full ones when given.
+        let text = MINIMAL.replace(
+            "duration_s = 20 }",
+            "duration_s = 20, targets = { mean_vs_oracle = 2.0 } }",
+        );
+        let q = parse(&text, Size::Quick).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(q.targets.mean_vs_oracle, Some(2.0));
+        let f = parse(&text, Size::Full).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.targets.mean_vs_oracle, None);
+    }
+
+    #[test]
+    fn rate_limit_points_at_the_end_of_its_phase() {
+        let text = MINIMAL.replace(
+            r#"behaviour = "down", retry_after_s = 3"#,
+            r#"behaviour = "rate-limited""#,
+        );
+        let s = parse(&text, Size::Full).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.providers[0].behaviour_at(12 * SEC),
+            Behaviour::RateLimited { until: 20 * SEC }
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let cases = [
+            (
+                MINIMAL.replace("rate = 4", "rate = 0"),
+                "rate: 0 is out of range",
+            ),
+            (
+                MINIMAL.replace("rate = 4", "rat = 4"),
+                "unknown field `rat`",
+            ),
+            (
+                MINIMAL.replace(r#"provider = "a", start_s"#, r#"provider = "z", start_s"#),
+                "incident.provider: no provider named \"z\"",
+            ),
+            (
+                MINIMAL.replace(
+                    r#"behaviour = "normal""#,
+                    r#"behaviour = "normal", factor = 2"#,
+                ),
+                "provider[0].phase[1].factor: does not apply",
+            ),
+            (
+                MINIMAL.replace(r#"retry_after_s = 3"#, r#"status = 200"#),
+                "provider[0].phase[0].status: 200 is not an error status",
+            ),
+            (
+                MINIMAL.replace(r#"behaviour = "down""#, r#"behaviour = "melting""#),
+                "unknown variant `melting`",
+            ),
+            (
+                MINIMAL.replace("focus_s = [10, 20]", "focus_s = [20, 10]"),
+                "focus_s: must be",
+            ),
+            (
+                MINIMAL.replace("name = \"b\"", "name = \"a\""),
+                "provider[1].name: \"a\" is used twice",
+            ),
+            (
+                MINIMAL.replace("jitter = 0.1", "servers = 3"),
+                "figures: \"herd\" exactly when",
+            ),
+            (
+                MINIMAL.replace("from_s = 20,", "from_s = 5,"),
+                "increasing time order",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse(&text, Size::Full).err().unwrap_or_default();
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        }
+    }
+}
