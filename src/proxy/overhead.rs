@@ -129,14 +129,16 @@ mod tests {
     fn a_write_is_timed_at_its_first_poll_even_when_it_must_wait() {
         let mut at = None;
         let mut pending = std::pin::pin!(std::future::pending::<()>());
-        let mut timed = std::pin::pin!(handed_off(pending.as_mut(), &mut at));
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        assert!(timed.as_mut().poll(&mut cx).is_pending());
-        drop(timed);
+        {
+            let mut timed = std::pin::pin!(handed_off(pending.as_mut(), &mut at));
+            assert!(timed.as_mut().poll(&mut cx).is_pending());
+        }
         let first = at.expect("timed at the first poll");
-        let mut timed = std::pin::pin!(handed_off(pending.as_mut(), &mut at));
-        assert!(timed.as_mut().poll(&mut cx).is_pending());
-        drop(timed);
+        {
+            let mut timed = std::pin::pin!(handed_off(pending.as_mut(), &mut at));
+            assert!(timed.as_mut().poll(&mut cx).is_pending());
+        }
         assert_eq!(at, Some(first));
     }
 }
