@@ -24,6 +24,11 @@ pub const BUCKETS: &[f64] = &[
     0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
 ];
 
+/// Buckets of `sturnus_overhead_seconds`, for the proxy's own cost: 50 µs up to 100 ms.
+pub const OVERHEAD_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+];
+
 /// The transport-failure kinds `sturnus_errors_total` counts (failures with no provider response).
 pub const ERROR_KINDS: [ErrorKind; 6] = [
     ErrorKind::Connect,
@@ -80,6 +85,8 @@ pub struct CandidateSeries {
     ok: IntCounter,
     ttfc: [Histogram; 2],
     latency: [Histogram; 2],
+    /// The alias's `sturnus_overhead_seconds` series (shared by its candidates).
+    overhead: [Histogram; 2],
     errors: [IntCounter; ERROR_KINDS.len()],
     client_closed: IntCounter,
     inflight: IntGauge,
@@ -124,6 +131,16 @@ impl Metrics {
         let latency = histogram(
             "sturnus_latency_seconds",
             "Time from sending the request upstream to the last response byte.",
+        )?;
+        let overhead = HistogramVec::new(
+            HistogramOpts::new(
+                "sturnus_overhead_seconds",
+                "Time sturnus itself adds to a request: from the end of the client's request \
+                 body to the request leaving for the provider (without opening a connection), \
+                 plus from the provider's response header to the first write to the client.",
+            )
+            .buckets(OVERHEAD_BUCKETS.to_vec()),
+            &["alias", "stream"],
         )?;
         let errors = IntCounterVec::new(
             Opts::new(
@@ -176,6 +193,7 @@ impl Metrics {
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(ttfc.clone()))?;
         registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(overhead.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(buffer_rejections.clone()))?;
         registry.register(Box::new(inflight.clone()))?;
@@ -185,6 +203,8 @@ impl Metrics {
 
         let mut aliases = Vec::with_capacity(catalog.aliases.len());
         for alias in &catalog.aliases {
+            let alias_overhead = [Mode::NonStreaming, Mode::Streaming]
+                .map(|m| overhead.with_label_values(&[alias.name.as_str(), stream_label(m)]));
             let candidates = alias
                 .candidates
                 .iter()
@@ -202,6 +222,7 @@ impl Metrics {
                         ok,
                         ttfc: by_mode(&ttfc),
                         latency: by_mode(&latency),
+                        overhead: alias_overhead.clone(),
                         errors: ERROR_KINDS.map(|k| errors.with_label_values(&l(k.as_str()))),
                         client_closed: errors.with_label_values(&l(CLIENT_CLOSED)),
                         inflight: inflight.with_label_values(&base),
@@ -311,6 +332,13 @@ impl Tracked {
         }
     }
 
+    /// Observes the time sturnus itself added to the request (`sturnus_overhead_seconds`).
+    pub fn overhead(&self, seconds: f64) {
+        if let Some(s) = &self.series {
+            s.overhead[slot(self.mode)].observe(seconds);
+        }
+    }
+
     /// Counts a response relayed from the provider; `latency` is the time to its last byte
     /// when the response completed.
     pub fn response(&self, status: u16, latency: Option<f64>) {
@@ -413,6 +441,14 @@ solo = [{ provider = "b", model = "m2" }]
         assert!(t.contains(
             "sturnus_requests_total{alias=\"fast\",model=\"m2\",provider=\"b\",status_code=\"200\"} 0"
         ));
+        for alias in ["fast", "solo"] {
+            for stream in ["true", "false"] {
+                let line = format!(
+                    "sturnus_overhead_seconds_count{{alias=\"{alias}\",stream=\"{stream}\"}} 0"
+                );
+                assert!(t.contains(&line), "{line} missing in\n{t}");
+            }
+        }
         assert!(t.contains("sturnus_routing_share{alias=\"solo\",model=\"m2\",provider=\"b\"} 1"));
         assert!(t.contains("sturnus_routing_share{alias=\"fast\",model=\"m1\",provider=\"a\"} 0.5"));
     }
@@ -460,6 +496,7 @@ fast = [{ provider = "a", model = "m1" }, { provider = "b", model = "m2" }]
                 "sturnus_inflight_requests{alias=\"fast\",model=\"m2\",provider=\"b\"} 1"
             ));
             t.first_chunk(0.03);
+            t.overhead(0.0003);
             t.response(503, Some(0.2));
             t.transport_error(ErrorKind::Status);
         }
@@ -479,6 +516,12 @@ fast = [{ provider = "a", model = "m1" }, { provider = "b", model = "m2" }]
         ));
         assert!(t.contains(
             "sturnus_latency_seconds_bucket{alias=\"fast\",model=\"m2\",provider=\"b\",stream=\"true\",le=\"0.1\"} 0"
+        ));
+        assert!(t.contains(
+            "sturnus_overhead_seconds_bucket{alias=\"fast\",stream=\"true\",le=\"0.0005\"} 1"
+        ));
+        assert!(t.contains(
+            "sturnus_overhead_seconds_bucket{alias=\"fast\",stream=\"true\",le=\"0.00025\"} 0"
         ));
         assert!(!t.contains("nope"));
         assert!(!t.contains("kind=\"status\""));

@@ -1,5 +1,6 @@
 //! The per-request state: the only state a request carries between Pingora's hooks.
 
+use super::overhead::OverheadMarks;
 use crate::budget::Reservation;
 use crate::catalog::Candidate;
 use crate::observe::trace::{self, TraceContext};
@@ -38,6 +39,8 @@ pub struct RequestCtx {
     /// Counts the request as waiting for its first chunk (its age raises the candidate's
     /// effective latency while it waits); dropped at the first chunk or the end.
     pub wait: Option<WaitGuard>,
+    /// The marks of the time sturnus itself adds (`sturnus_overhead_seconds`).
+    pub overhead: OverheadMarks,
     /// When the first response body chunk arrived.
     pub first_chunk_at: Option<Instant>,
     /// When the last response body byte was relayed.
@@ -72,6 +75,7 @@ impl RequestCtx {
             route: None,
             sent_at: None,
             wait: None,
+            overhead: OverheadMarks::default(),
             first_chunk_at: None,
             last_chunk_at: None,
             request_id: String::new(),

@@ -14,7 +14,7 @@
 
 use super::client_watch::{client_left, ClientWatch};
 use super::ctx::RequestCtx;
-use super::{relay, upstream_request};
+use super::{overhead, relay, upstream_request};
 use crate::app::App;
 use bytes::Bytes;
 use pingora::http::RequestHeader;
@@ -26,7 +26,7 @@ use pingora_proxy::Session;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long an idle pooled provider connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -81,20 +81,22 @@ async fn forward_watched(
 }
 
 /// A connection to the provider: a pooled one when there is one, else a new one (`true` when
-/// it came from the pool). A failure to connect is not retried (Pingora's `fail_to_connect`
+/// it came from the pool), with the time spent opening it (zero for a pooled one, which costs
+/// no clock read). A failure to connect is not retried (Pingora's `fail_to_connect`
 /// is not consulted): the request fails with a 502 or 504.
-async fn connect(app: &App, peer: &HttpPeer) -> Result<(HttpSession, bool)> {
+async fn connect(app: &App, peer: &HttpPeer) -> Result<(HttpSession, bool, Duration)> {
     let connector = &app.upstream().connector;
     if let Some(pooled) = connector.reused_http_session(peer).await {
-        return Ok((HttpSession::H1(pooled), true));
+        return Ok((HttpSession::H1(pooled), true, Duration::ZERO));
     }
+    let opening = Instant::now();
     // Boxed: opening a connection (TCP, TLS) is a ≈ 9 KB future. Inline, it would make every
     // request's future that much larger, and each request's future is copied into its box
     // (`bench/results/profile.md`); most requests take a pooled connection.
     let (new, reused) = Box::pin(connector.get_http_session(peer))
         .await
         .map_err(|e| e.into_up())?;
-    Ok((HttpSession::H1(new), reused))
+    Ok((HttpSession::H1(new), reused, opening.elapsed()))
 }
 
 /// Sends the request and reads the response header. The only resend: a pooled connection the
@@ -111,12 +113,15 @@ async fn send(
     let mut resends = 0;
     loop {
         let header = upstream_header(session, ctx)?;
-        let (mut upstream, reused) = connect(app, peer).await?;
+        let (mut upstream, reused, connecting) = connect(app, peer).await?;
         upstream.set_read_timeout(Some(app.peer_settings.read_timeout));
         upstream.set_write_timeout(Some(app.peer_settings.read_timeout));
-        relay::request_sent(ctx);
+        relay::request_sent(ctx, connecting);
         match exchange(&mut upstream, header, body).await {
-            Ok(()) => return Ok(upstream),
+            Ok(()) => {
+                ctx.overhead.header_received = Some(Instant::now());
+                return Ok(upstream);
+            }
             Err(e) if error_while_proxy(&e, reused) && resends < app.upstream().max_resends => {
                 log::debug!("pooled connection to {peer} was closed ({e}); resending");
                 resends += 1;
@@ -191,6 +196,7 @@ async fn relay_response(
     relay::response_filter(&mut response, ctx);
     // The header goes out at once, with whatever body has already arrived.
     let mut tasks = vec![HttpTask::Header(Box::new(response), false)];
+    let mut first_write = true;
     loop {
         let mut batch = Batch::default();
         let mut outcome = Ok(false);
@@ -210,10 +216,19 @@ async fn relay_response(
             }
         }
         // What was received reaches the client before a provider error ends the response.
-        session
-            .write_response_tasks(std::mem::take(&mut tasks))
-            .await
-            .map_err(|e| e.into_down())?;
+        let write = session.write_response_tasks(std::mem::take(&mut tasks));
+        let written = if first_write {
+            first_write = false;
+            let mut at = None;
+            let written = overhead::handed_off(std::pin::pin!(write), &mut at).await;
+            if let Some(at) = at {
+                relay::first_write_handed_off(ctx, at);
+            }
+            written
+        } else {
+            write.await
+        };
+        written.map_err(|e| e.into_down())?;
         if outcome? {
             return Ok(());
         }

@@ -94,6 +94,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
             return Ok(Admission::Answered);
         }
     };
+    ctx.overhead.body_received = Some(std::time::Instant::now());
     ctx.request_bytes = whole.bytes.len() as u64;
     ctx.reservation = Some(whole.reservation);
     let inspected = match inspect_body(&whole.bytes) {

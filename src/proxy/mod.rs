@@ -13,6 +13,7 @@ mod failure;
 mod forward;
 pub mod header_guard;
 pub mod intake;
+mod overhead;
 pub mod relay;
 pub mod respond;
 mod upstream_request;

@@ -29,10 +29,13 @@ static PROVIDER_NAME: http::HeaderName = http::HeaderName::from_static(PROVIDER_
 /// Longest `Retry-After` honoured, so one odd header cannot bench a candidate for hours.
 const MAX_RETRY_AFTER_SECS: u64 = 300;
 
-/// Marks the moment the request went upstream (start of time-to-first-chunk) and counts it as
-/// waiting for its first chunk.
-pub fn request_sent(ctx: &mut RequestCtx) {
-    ctx.sent_at = Some(Instant::now());
+/// Marks the moment the request went upstream (start of time-to-first-chunk and end of the
+/// overhead before it, less `connecting`, the time spent opening a new connection) and counts
+/// it as waiting for its first chunk.
+pub fn request_sent(ctx: &mut RequestCtx, connecting: Duration) {
+    let now = Instant::now();
+    ctx.sent_at = Some(now);
+    ctx.overhead.leaving(now, connecting);
     if let Some(route) = &ctx.route {
         ctx.wait = Some(route.candidate.stats.begin_wait(route.mode, unix_us()));
     }
@@ -149,6 +152,13 @@ pub fn response_body_filter(
             .stats
             .record_latency(route.mode, seconds * 1e6, params.ewma_alpha);
         route.metrics.first_chunk(seconds);
+    }
+}
+
+/// The first write to the client was handed off at `at`: the request's overhead is complete.
+pub fn first_write_handed_off(ctx: &mut RequestCtx, at: Instant) {
+    if let (Some(overhead), Some(route)) = (ctx.overhead.first_write(at), &ctx.route) {
+        route.metrics.overhead(overhead.as_secs_f64());
     }
 }
 

@@ -15,6 +15,7 @@ mod hostile;
 mod kubernetes;
 mod load;
 mod observability;
+mod overhead;
 mod passthrough;
 mod providers;
 mod routing;

@@ -15,6 +15,10 @@ const PROM_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 const LE: [&str; 14] = [
     "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "20", "30", "60", "120", "+Inf",
 ];
+const OVERHEAD_LE: [&str; 12] = [
+    "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+    "0.1", "+Inf",
+];
 const KINDS: [&str; 7] = [
     "connect",
     "timeout",
@@ -178,7 +182,7 @@ async fn metrics_count_known_traffic_exactly() {
 
     let m = settled(&proxy).await;
 
-    // Exactly the eight families, with their types.
+    // Exactly the nine families, with their types.
     let types: BTreeMap<&str, &str> = m
         .types
         .iter()
@@ -192,6 +196,7 @@ async fn metrics_count_known_traffic_exactly() {
             ("sturnus_errors_total", "counter"),
             ("sturnus_inflight_requests", "gauge"),
             ("sturnus_latency_seconds", "histogram"),
+            ("sturnus_overhead_seconds", "histogram"),
             ("sturnus_requests_total", "counter"),
             ("sturnus_routing_share", "gauge"),
             ("sturnus_ttfc_seconds", "histogram"),
@@ -256,6 +261,26 @@ async fn metrics_count_known_traffic_exactly() {
             assert_eq!(les, LE, "{family} {labels:?}");
         }
     }
+
+    // Overhead: one observation per provider response, per alias (the connect failure and the
+    // timeout had none).
+    let mut want: BTreeMap<Labels, f64> = ["fast", "broken", "down", "slow", "shared"]
+        .iter()
+        .flat_map(|a| ["true", "false"].map(|s| (labels_of(&[("alias", a), ("stream", s)]), 0.0)))
+        .collect();
+    want.insert(labels_of(&[("alias", "fast"), ("stream", "false")]), 4.0);
+    want.insert(labels_of(&[("alias", "fast"), ("stream", "true")]), 2.0);
+    want.insert(labels_of(&[("alias", "broken"), ("stream", "false")]), 1.0);
+    assert_eq!(values(&m, "sturnus_overhead_seconds_count"), want);
+    let les: Vec<String> = m
+        .buckets(
+            "sturnus_overhead_seconds",
+            &[("alias", "fast"), ("stream", "true")],
+        )
+        .into_iter()
+        .map(|b| b.0)
+        .collect();
+    assert_eq!(les, OVERHEAD_LE);
 
     // Gauges: one series per candidate, nothing in flight, shares summing to 1 per alias.
     let per_candidate: BTreeSet<Labels> = configured.iter().map(|c| plain(c)).collect();
