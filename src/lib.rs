@@ -11,6 +11,7 @@ pub mod budget;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod container;
 pub mod demo;
 pub mod healthcheck;
 pub mod lifecycle;
