@@ -2,6 +2,7 @@
 //! simulated providers that speak OpenAI's wire format.
 #![allow(dead_code)]
 
+pub mod elf;
 pub mod exposition;
 
 use std::net::{SocketAddr, TcpListener};
