@@ -101,6 +101,13 @@ need_zig_tools() {
     echo "bootstrap: cargo-zigbuild is still missing" >&2
     exit 1
   }
+  # zig itself on PATH: cargo-zigbuild otherwise starts Python (`python3 -m ziglang`) for every
+  # compiler call, and a cmake or jemalloc configure makes hundreds of them.
+  if ! have zig; then
+    mkdir -p "$HOME/.local/bin"
+    ln -sf "$(python3 -c 'import ziglang, os; print(os.path.dirname(ziglang.__file__))')/zig" \
+      "$HOME/.local/bin/zig"
+  fi
 }
 
 need_qemu() {

@@ -1,9 +1,9 @@
 //! Whether sturnus runs inside a container, so that a loopback `listen` there — which a
 //! published port (`docker run -p`) cannot reach — is pointed out at startup.
 //!
-//! The signs looked at, on Linux: the `container` environment variable (set by Podman, systemd-nspawn
-//! and other OCI runtimes), `/.dockerenv` (Docker), `/run/.containerenv` (Podman), and a
-//! container runtime named in `/proc/1/cgroup`. A Kubernetes pod (`KUBERNETES_SERVICE_HOST` set)
+//! The signs looked at, on Linux: the `container` environment variable (set by Podman,
+//! systemd-nspawn and other runtimes), `/.dockerenv` (Docker), `/run/.containerenv` (Podman),
+//! and a container runtime named in `/proc/1/cgroup`. A Kubernetes pod (`KUBERNETES_SERVICE_HOST` set)
 //! is not warned about: its containers share one network namespace, so a sidecar on loopback is
 //! what the app next to it reaches. Elsewhere than Linux there are no containers to detect.
 
