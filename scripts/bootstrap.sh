@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# Installs what a fresh machine lacks to build and test sturnus. Idempotent.
-#  - cmake: Pingora's zlib-ng dependency needs it (Debian's package when root, else pip's);
-#  - the openssl command: the Vertex AI tests mint throwaway RSA keys with it;
-#  - musl-tools and the x86_64-unknown-linux-musl Rust target: the test suite is built for it,
-#    so the binary under test is the static one the Dockerfile ships;
-#  - kubernetes-validate (PyPI): validates examples/kubernetes/ against the 1.33 schemas offline.
+# Installs what a fresh machine (with Rust) lacks to build and test sturnus. Idempotent.
+#
+#   scripts/bootstrap.sh [WHAT...]      WHAT: test (the default), static, arm64, macos, qemu
+#
+#  - always: cmake (Pingora's zlib-ng dependency needs it; Debian's package when root, else pip's);
+#  - test: what `make test` and `make demo` need — static, plus the openssl command (the Vertex AI
+#    tests mint throwaway RSA keys with it) and kubernetes-validate (PyPI: validates
+#    examples/kubernetes/ against the 1.33 schemas offline);
+#  - static: musl-tools and the x86_64-unknown-linux-musl Rust target (the test suite is built
+#    for it, so the binary under test is the static one the Dockerfile ships);
+#  - arm64: cargo-zigbuild and zig (PyPI packages cargo-zigbuild and ziglang: zig is the cross C
+#    compiler and linker) and the aarch64-unknown-linux-musl Rust target;
+#  - macos: cargo-zigbuild and zig, and the x86_64-apple-darwin and aarch64-apple-darwin targets;
+#  - qemu: qemu-user-static (Debian), which runs the aarch64 binary on an x86_64 machine.
 set -euo pipefail
 
 MUSL_TARGET=x86_64-unknown-linux-musl
+ARM64_TARGET=aarch64-unknown-linux-musl
+MACOS_TARGETS="x86_64-apple-darwin aarch64-apple-darwin"
 KUBERNETES_VALIDATE=kubernetes-validate==1.37.0
+# The versions `make static-arm64` and `make check-macos` are known to work with.
+CARGO_ZIGBUILD=cargo-zigbuild==0.24.0
+ZIGLANG=ziglang==0.17.1
 
 is_root() { [ "$(id -u)" = 0 ]; }
 have() { command -v "$1" >/dev/null 2>&1; }
+export PATH="$HOME/.local/bin:$PATH"
 
 apt_updated=""
 apt_install() {
@@ -28,39 +42,91 @@ apt_install() {
 }
 
 pip_install() {
+  if ! have python3; then
+    apt_install python3 python3-pip
+  fi
   python3 -m pip install --user --quiet "$@" 2>/dev/null ||
     python3 -m pip install --user --quiet --break-system-packages "$@"
 }
 
-have openssl || apt_install openssl || true
-
-if ! have cmake; then
-  if is_root && have apt-get; then
-    apt_install cmake
-  else
-    echo "bootstrap: installing cmake with pip --user" >&2
-    pip_install cmake
+rust_target() {
+  if have rustup && ! rustup target list --installed | grep -qx "$1"; then
+    echo "bootstrap: adding the Rust target $1" >&2
+    rustup target add "$1"
   fi
-fi
-have cmake || PATH="$HOME/.local/bin:$PATH" have cmake || {
-  echo "bootstrap: cmake is still missing" >&2
-  exit 1
 }
 
-have musl-gcc || apt_install musl-tools
-have musl-gcc || {
-  echo "bootstrap: musl-gcc is missing (Debian: apt-get install musl-tools)" >&2
-  exit 1
+need_cmake() {
+  if ! have cmake; then
+    if is_root && have apt-get; then
+      apt_install cmake
+    else
+      echo "bootstrap: installing cmake with pip --user" >&2
+      pip_install cmake
+    fi
+  fi
+  have cmake || {
+    echo "bootstrap: cmake is still missing" >&2
+    exit 1
+  }
 }
-if have rustup && ! rustup target list --installed | grep -qx "$MUSL_TARGET"; then
-  echo "bootstrap: adding the Rust target $MUSL_TARGET" >&2
-  rustup target add "$MUSL_TARGET"
-fi
 
-if ! have python3; then
-  apt_install python3 python3-pip || true
-fi
-if have python3 && ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
-  echo "bootstrap: installing $KUBERNETES_VALIDATE with pip --user" >&2
-  pip_install "$KUBERNETES_VALIDATE"
-fi
+need_static() {
+  have musl-gcc || apt_install musl-tools
+  have musl-gcc || {
+    echo "bootstrap: musl-gcc is missing (Debian: apt-get install musl-tools)" >&2
+    exit 1
+  }
+  rust_target "$MUSL_TARGET"
+}
+
+need_test_tools() {
+  need_static
+  have openssl || apt_install openssl || true
+  if ! have python3; then
+    apt_install python3 python3-pip || true
+  fi
+  if have python3 && ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+    echo "bootstrap: installing $KUBERNETES_VALIDATE with pip --user" >&2
+    pip_install "$KUBERNETES_VALIDATE"
+  fi
+}
+
+need_zig_tools() {
+  if ! have cargo-zigbuild || ! { have zig || python3 -c 'import ziglang' 2>/dev/null; }; then
+    echo "bootstrap: installing $CARGO_ZIGBUILD and $ZIGLANG with pip --user" >&2
+    pip_install "$CARGO_ZIGBUILD" "$ZIGLANG"
+  fi
+  have cargo-zigbuild || {
+    echo "bootstrap: cargo-zigbuild is still missing" >&2
+    exit 1
+  }
+  # zig itself on PATH: cargo-zigbuild otherwise starts Python (`python3 -m ziglang`) for every
+  # compiler call, and a cmake or jemalloc configure makes hundreds of them.
+  if ! have zig; then
+    mkdir -p "$HOME/.local/bin"
+    ln -sf "$(python3 -c 'import ziglang, os; print(os.path.dirname(ziglang.__file__))')/zig" \
+      "$HOME/.local/bin/zig"
+  fi
+}
+
+need_qemu() {
+  have qemu-aarch64-static || have qemu-aarch64 || apt_install qemu-user-static
+  have qemu-aarch64-static || have qemu-aarch64 || {
+    echo "bootstrap: qemu-aarch64 is missing (Debian: apt-get install qemu-user-static)" >&2
+    exit 1
+  }
+}
+
+[ $# -gt 0 ] || set -- test
+need_cmake
+for what in "$@"; do
+  case "$what" in
+    test) need_test_tools ;;
+    static) need_static ;;
+    arm64) need_zig_tools && rust_target "$ARM64_TARGET" ;;
+    macos) need_zig_tools && for t in $MACOS_TARGETS; do rust_target "$t"; done ;;
+    qemu) need_qemu ;;
+    *) echo "bootstrap: unknown part '$what' (test, static, arm64, macos, qemu)" >&2; exit 2 ;;
+  esac
+done

@@ -5,7 +5,8 @@ use crate::config::{self, Config};
 use crate::observe::{self, LogFormat};
 use clap::{Parser, Subcommand};
 use pingora::server::configuration::Opt;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 /// sturnus: an LLM routing sidecar on Pingora.
 #[derive(Parser, Debug)]
@@ -18,6 +19,11 @@ pub struct Cli {
     /// File of KEY=VALUE lines loaded into the environment (existing variables win).
     #[arg(long, global = true)]
     pub env_file: Option<PathBuf>,
+
+    /// Address the proxy listens on, replacing the config's `listen` (e.g. 0.0.0.0:4000 in a
+    /// container whose port is published).
+    #[arg(long, global = true, env = "STURNUS_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
 
     /// Log format: JSON lines when stdout is not a terminal (auto), or always json / pretty.
     #[arg(
@@ -56,9 +62,13 @@ pub enum Command {
     },
     /// Run a self-contained demo: simulated providers, the real proxy, live routing tables.
     Demo {
-        /// How long to drive traffic, in seconds.
+        /// How long to drive traffic, in seconds (at least 2).
         #[arg(long, default_value_t = 20)]
         seconds: u64,
+        /// Also print the log (access lines, startup), which the tables otherwise keep to
+        /// warnings.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Compare routing strategies in a deterministic simulation (see docs/routing.md).
     Simulate(crate::simulate::SimulateArgs),
@@ -74,19 +84,20 @@ pub fn main() -> i32 {
         }
     }
     match cli.command {
-        Some(Command::Check) => check(&cli.config),
-        Some(Command::Demo { seconds }) => crate::demo::run(seconds),
+        Some(Command::Check) => check(&cli.config, cli.listen),
+        Some(Command::Demo { seconds, verbose }) => crate::demo::run(seconds, verbose),
         Some(Command::Simulate(args)) => crate::simulate::main(&args),
         Some(Command::Healthcheck { url, timeout }) => {
             crate::healthcheck::main(&url, std::time::Duration::from_secs(timeout.max(1)))
         }
-        None | Some(Command::Serve) => serve(&cli.config, cli.pingora, cli.log_format),
+        None | Some(Command::Serve) => serve(&cli.config, cli.listen, cli.pingora, cli.log_format),
     }
 }
 
-/// Loads and validates the config, printing every problem; `None` when it is unusable.
-fn load(path: &std::path::Path) -> Option<Config> {
-    match Config::load(path) {
+/// Loads and validates the config (with `--listen` applied), printing every problem; `None`
+/// when it is unusable.
+fn load(path: &Path, listen: Option<SocketAddr>) -> Option<Config> {
+    match Config::load_with_listen(path, listen) {
         Ok(config) => Some(config),
         Err(e) => {
             eprintln!("sturnus: invalid config {}:\n{e}", path.display());
@@ -95,8 +106,8 @@ fn load(path: &std::path::Path) -> Option<Config> {
     }
 }
 
-fn check(path: &std::path::Path) -> i32 {
-    let Some(config) = load(path) else {
+fn check(path: &Path, listen: Option<SocketAddr>) -> i32 {
+    let Some(config) = load(path, listen) else {
         return 1;
     };
     let summary = config.describe();
@@ -112,16 +123,22 @@ fn check(path: &std::path::Path) -> i32 {
         "memory budget for request bodies: {}",
         app.budget.describe()
     );
-    if let Some(warning) = crate::server::listen_warning(app.config.listen) {
+    for warning in listen_warnings(&app) {
         println!("warning: {warning}");
     }
     println!("config OK");
     0
 }
 
-fn serve(path: &std::path::Path, opt: Opt, log_format: LogFormat) -> i32 {
+fn serve(path: &Path, listen: Option<SocketAddr>, opt: Opt, log_format: LogFormat) -> i32 {
     observe::logger::init(log_format);
-    let Some(config) = load(path) else {
+    if opt.upgrade && !cfg!(target_os = "linux") {
+        eprintln!(
+            "sturnus: -u (graceful upgrade) needs Linux: Pingora passes sockets on only there"
+        );
+        return 1;
+    }
+    let Some(config) = load(path, listen) else {
         return 1;
     };
     let app = match App::new(config) {
@@ -132,6 +149,9 @@ fn serve(path: &std::path::Path, opt: Opt, log_format: LogFormat) -> i32 {
         }
     };
     observe::log_startup(&app.config);
+    if let Some(warning) = container_warning(&app) {
+        log::warn!("{warning}");
+    }
     match crate::server::build(opt, app) {
         Ok(server) => server.run_forever(),
         Err(e) => {
@@ -139,6 +159,19 @@ fn serve(path: &std::path::Path, opt: Opt, log_format: LogFormat) -> i32 {
             1
         }
     }
+}
+
+/// What `sturnus check` warns about the listener: reachable by others, or unreachable through
+/// a container's published port.
+fn listen_warnings(app: &App) -> impl Iterator<Item = String> {
+    crate::server::listen_warning(app.config.listen)
+        .into_iter()
+        .chain(container_warning(app))
+}
+
+/// The warning for a loopback listener inside a container (see [`crate::container`]).
+fn container_warning(app: &App) -> Option<String> {
+    crate::container::loopback_warning(app.config.listen, &crate::container::detect())
 }
 
 /// Installs the logger in its default format (see [`observe::logger`]).

@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod container;
 pub mod demo;
 pub mod healthcheck;
 pub mod lifecycle;

@@ -31,9 +31,16 @@ pub enum Detected {
 }
 
 /// Detects the memory limit of the running process's container.
+#[cfg(target_os = "linux")]
 pub fn detect() -> Detected {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     detect_in(Path::new("/sys/fs/cgroup"), &own)
+}
+
+/// Detects the memory limit of the running process's container: cgroups exist only on Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn detect() -> Detected {
+    Detected::NotFound
 }
 
 /// Detection against a cgroup mount `root` and the text of `/proc/self/cgroup` (for tests).

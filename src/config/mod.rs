@@ -34,20 +34,30 @@ pub use schema::{
 };
 pub use secret::Secret;
 
+use std::net::SocketAddr;
 use std::path::Path;
 
 impl Config {
     /// Parses and validates config text; `${VAR}` references are resolved with `env`.
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        parse::parse(text, env)
+        parse::parse(text, env, None)
     }
 
     /// Reads the config file at `path` and parses it against the real process environment.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with_listen(path, None)
+    }
+
+    /// As [`Config::load`], with `listen` (from `--listen` / `STURNUS_LISTEN`) replacing the
+    /// file's `listen` when given; `metrics_listen` is checked against the address used.
+    pub fn load_with_listen(
+        path: &Path,
+        listen: Option<SocketAddr>,
+    ) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             ConfigError::single(format_args!("cannot read {}: {e}", path.display()))
         })?;
-        Config::parse(&text, &|name| std::env::var(name).ok())
+        parse::parse(&text, &|name| std::env::var(name).ok(), listen)
     }
 
     /// Looks a provider up by name.

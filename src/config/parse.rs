@@ -12,10 +12,12 @@ use toml::{Table, Value};
 /// Every top-level key the config accepts.
 const TOP_KEYS: &[&str] = &["listen", "metrics_listen", "provider", "model", "routing"];
 
-/// Parses and validates config text, expanding `${...}` in string values with `env`.
+/// Parses and validates config text, expanding `${...}` in string values with `env`;
+/// `listen_override` (from `--listen` / `STURNUS_LISTEN`) replaces the file's `listen`.
 pub(crate) fn parse(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
+    listen_override: Option<SocketAddr>,
 ) -> Result<Config, ConfigError> {
     let doc: Table = text.parse().map_err(|e| syntax_error(text, &e))?;
     let mut r = Reader::new(env);
@@ -27,6 +29,7 @@ pub(crate) fn parse(
         .get("listen")
         .and_then(|v| read_addr(&mut r, "listen", v, DEFAULT_LISTEN))
         .unwrap_or(default_listen);
+    let listen = listen_override.unwrap_or(listen);
     let metrics_listen = doc
         .get("metrics_listen")
         .and_then(|v| read_addr(&mut r, "metrics_listen", v, "0.0.0.0:4040"));

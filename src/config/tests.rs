@@ -214,6 +214,21 @@ fn listen_rules() {
 }
 
 #[test]
+fn a_listen_override_replaces_the_file_and_is_checked_against_metrics_listen() {
+    let text = format!("listen = \"127.0.0.1:4000\"\nmetrics_listen = \"0.0.0.0:4040\"\n{MINI}");
+    let open: std::net::SocketAddr = "0.0.0.0:5000".parse().unwrap();
+    let cfg = parse::parse(&text, &env, Some(open)).unwrap();
+    assert_eq!(cfg.listen, open);
+    let clash: std::net::SocketAddr = "0.0.0.0:4040".parse().unwrap();
+    assert_eq!(
+        parse::parse(&text, &env, Some(clash)).unwrap_err().problems,
+        vec!["metrics_listen: must differ from listen (0.0.0.0:4040)"]
+    );
+    // Without a `listen` key, the override replaces the default.
+    let cfg = parse::parse(MINI, &env, Some(open)).unwrap();
+    assert_eq!(cfg.listen, open);
+}
+#[test]
 fn empty_document_reports_missing_aliases() {
     assert_eq!(
         problems(""),

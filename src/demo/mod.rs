@@ -9,6 +9,7 @@ mod table;
 
 use crate::app::App;
 use crate::config::Config;
+use crate::observe::LogFormat;
 use crate::simulated::SimProvider;
 use driver::Tally;
 use std::net::SocketAddr;
@@ -22,9 +23,18 @@ const PROVIDERS: [(&str, &str, u64); 3] = [
     ("flaky", "flaky-small", 60),
 ];
 
-/// Runs the demo for `seconds` and returns the process exit code.
-pub fn run(seconds: u64) -> i32 {
-    crate::cli::init_logging();
+/// The log filter of a demo without `--verbose`: the screen belongs to the tables, so access
+/// lines and other info lines are off; warnings and errors still show.
+pub const QUIET_FILTER: &str = "warn";
+
+/// Runs the demo for `seconds` (at least 2) and returns the process exit code; `verbose` also
+/// prints the log (access lines, startup) between the tables.
+pub fn run(seconds: u64, verbose: bool) -> i32 {
+    if verbose {
+        crate::cli::init_logging();
+    } else {
+        crate::observe::logger::init_with_filter(LogFormat::Auto, QUIET_FILTER);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -36,8 +46,13 @@ pub fn run(seconds: u64) -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(demo(seconds.max(4))) {
-        Ok(()) => 0,
+    match runtime.block_on(demo(seconds.max(2))) {
+        Ok(()) => {
+            if !verbose {
+                println!("(access logs were off; `sturnus demo --verbose` shows them)");
+            }
+            0
+        }
         Err(e) => {
             eprintln!("sturnus demo: {e}");
             1

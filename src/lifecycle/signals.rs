@@ -8,7 +8,8 @@
 //!
 //! - SIGTERM: `/health` turns 503 (the drain starts), then Pingora's graceful terminate;
 //! - SIGQUIT: the routing-state snapshot is written beside `upgrade_sock`, then Pingora sends
-//!   the listening sockets to the new process (which imports the snapshot once it has them);
+//!   the listening sockets to the new process (which imports the snapshot once it has them).
+//!   Pingora passes sockets on Linux only: elsewhere SIGQUIT drains like SIGTERM;
 //! - SIGINT: Pingora's fast shutdown. A SIGINT during a drain ends the process at once.
 
 use super::{handover, Lifecycle};
@@ -116,6 +117,13 @@ impl ShutdownSignalWatch for Watch {
             Signal::Term => {
                 self.app.lifecycle.begin_drain();
                 log::info!("SIGTERM: draining; /health answers 503 until exit");
+                ShutdownSignal::GracefulTerminate
+            }
+            Signal::Quit if !cfg!(target_os = "linux") => {
+                // Pingora hands listening sockets over only on Linux; elsewhere it would close
+                // them with no new process to take them.
+                self.app.lifecycle.begin_drain();
+                log::warn!("SIGQUIT: graceful upgrade needs Linux; draining as after SIGTERM");
                 ShutdownSignal::GracefulTerminate
             }
             Signal::Quit => {

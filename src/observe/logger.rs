@@ -38,9 +38,21 @@ impl LogFormat {
 
 /// Installs the logger (once; later calls do nothing).
 pub fn init(format: LogFormat) {
-    let json = format.is_json(std::io::stdout().is_terminal());
     let env = env_logger::Env::default().default_filter_or(DEFAULT_FILTER);
-    let mut builder = env_logger::Builder::from_env(env);
+    install(format, env_logger::Builder::from_env(env));
+}
+
+/// Installs the logger with a fixed level filter (e.g. `warn`), whatever `RUST_LOG` says: for
+/// `sturnus demo`, whose screen belongs to its tables.
+pub fn init_with_filter(format: LogFormat, filter: &str) {
+    let mut builder = env_logger::Builder::new();
+    builder.parse_filters(filter);
+    install(format, builder);
+}
+
+/// Sets `builder`'s output up for `format` and installs it (once; later calls do nothing).
+fn install(format: LogFormat, mut builder: env_logger::Builder) {
+    let json = format.is_json(std::io::stdout().is_terminal());
     if json {
         // JSON lines go to stdout through the log sink, which batches access lines; env_logger
         // only filters and formats. (Its own writer would also scan every byte for terminal

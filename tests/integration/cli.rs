@@ -242,3 +242,301 @@ fn check_warns_about_a_non_loopback_listen() {
         "{stdout}"
     );
 }
+
+/// A blocking `GET path` on `addr`; the status code, or `None` if nothing answers.
+fn get_status(addr: &str, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    reply.get(9..12)?.parse().ok()
+}
+
+#[test]
+fn listen_flag_and_env_override_the_file() {
+    let config = write("override.toml", GOOD);
+    let key = ("OPENAI_API_KEY", "sk-x");
+    let listen_line = |out: &Output| {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{stdout}");
+        stdout
+            .lines()
+            .find(|l| l.starts_with("listen: "))
+            .unwrap_or_else(|| panic!("no listen line: {stdout}"))
+            .to_string()
+    };
+    let flag = sturnus(
+        &["check", "--config", &config, "--listen", "127.0.0.1:5101"],
+        &[key],
+    );
+    assert_eq!(listen_line(&flag), "listen: 127.0.0.1:5101");
+    let env = sturnus(
+        &["check", "--config", &config],
+        &[key, ("STURNUS_LISTEN", "127.0.0.1:5102")],
+    );
+    assert_eq!(listen_line(&env), "listen: 127.0.0.1:5102");
+    let both = sturnus(
+        &["check", "--config", &config, "--listen", "127.0.0.1:5103"],
+        &[key, ("STURNUS_LISTEN", "127.0.0.1:5102")],
+    );
+    assert_eq!(listen_line(&both), "listen: 127.0.0.1:5103");
+
+    let bad = sturnus(
+        &["check", "--config", &config, "--listen", "localhost"],
+        &[key],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--listen"));
+
+    // The overridden address is checked against metrics_listen like the file's.
+    let with_metrics = write(
+        "override-metrics.toml",
+        &format!("metrics_listen = \"127.0.0.1:5104\"\n{GOOD}"),
+    );
+    let clash = sturnus(
+        &[
+            "check",
+            "--config",
+            &with_metrics,
+            "--listen",
+            "127.0.0.1:5104",
+        ],
+        &[key],
+    );
+    assert_eq!(clash.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&clash.stderr)
+            .contains("metrics_listen: must differ from listen (127.0.0.1:5104)"),
+        "{clash:?}"
+    );
+}
+
+#[test]
+fn the_proxy_serves_on_the_listen_flag_not_the_files_address() {
+    let in_file = common::free_port();
+    let flag = common::free_port();
+    let config = write(
+        "serve-override.toml",
+        &GOOD.replace("127.0.0.1:4000", &format!("127.0.0.1:{in_file}")),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sturnus"))
+        .args([
+            "--config",
+            &config,
+            "--listen",
+            &format!("127.0.0.1:{flag}"),
+        ])
+        .env("OPENAI_API_KEY", "sk-x")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut status = None;
+    while status.is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        status = get_status(&format!("127.0.0.1:{flag}"), "/health");
+    }
+    let on_file_port = get_status(&format!("127.0.0.1:{in_file}"), "/health");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        status,
+        Some(200),
+        "nothing served on --listen 127.0.0.1:{flag}"
+    );
+    assert_eq!(on_file_port, None, "the file's address was bound too");
+}
+
+#[test]
+fn a_loopback_listener_in_a_container_is_warned_about_except_in_kubernetes() {
+    let config = write("container.toml", GOOD);
+    let check = |args: &[&str], env: &[(&str, &str)]| {
+        let mut all = vec![("OPENAI_API_KEY", "sk-x")];
+        all.extend_from_slice(env);
+        let mut argv = vec!["check", "--config", &config];
+        argv.extend_from_slice(args);
+        let out = sturnus(&argv, &all);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let warned = check(&[], &[("container", "podman")]);
+    let line = warned
+        .lines()
+        .find(|l| l.contains("runs in a container"))
+        .unwrap_or_else(|| panic!("no container warning: {warned}"));
+    assert!(
+        line.starts_with("warning: listen = 127.0.0.1:4000 is a loopback address"),
+        "{line}"
+    );
+    assert!(line.contains("(container=podman)"), "{line}");
+    assert!(
+        line.contains("--listen 0.0.0.0:4000") && line.contains("STURNUS_LISTEN=0.0.0.0:4000"),
+        "{line}"
+    );
+    assert_eq!(warned.matches("runs in a container").count(), 1, "{warned}");
+
+    // A Kubernetes pod shares loopback between its containers: no warning there.
+    let pod = check(
+        &[],
+        &[
+            ("container", "podman"),
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+        ],
+    );
+    assert!(!pod.contains("runs in a container"), "{pod}");
+    // Listening on all interfaces is the fix.
+    let fixed = check(&["--listen", "0.0.0.0:4000"], &[("container", "podman")]);
+    assert!(!fixed.contains("runs in a container"), "{fixed}");
+
+    // The server logs the same warning once at startup.
+    let port = common::free_port();
+    let served = write(
+        "container-serve.toml",
+        &GOOD.replace("127.0.0.1:4000", &format!("127.0.0.1:{port}")),
+    );
+    let log = write("container-serve.log", "");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sturnus"))
+        .args(["--config", &served])
+        .env("OPENAI_API_KEY", "sk-x")
+        .env("container", "docker")
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while get_status(&format!("127.0.0.1:{port}"), "/health").is_none()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let logs = std::fs::read_to_string(&log).unwrap();
+    let warnings: Vec<_> = logs
+        .lines()
+        .filter(|l| l.contains("runs in a container (container=docker)"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logs}");
+    assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
+}
+
+/// The fenced block of `lang` that follows the line `heading` in the README.
+fn readme_block(heading: &str, lang: &str) -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let after = &readme[readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("no {heading} in README.md"))..];
+    let fence = format!("```{lang}\n");
+    let start = after.find(&fence).expect("no block after the heading") + fence.len();
+    let len = after[start..].find("```\n").expect("unclosed block");
+    after[start..start + len].to_string()
+}
+
+#[test]
+fn the_example_config_is_the_readme_reference_and_passes_check() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/conf/config.example.toml");
+    let example = std::fs::read_to_string(path).unwrap();
+    assert_eq!(
+        readme_block("## Configuration reference", "toml"),
+        example,
+        "README's configuration reference and conf/config.example.toml differ"
+    );
+    let out = sturnus(
+        &["check", "--config", path],
+        &[("OPENAI_API_KEY", "sk-x"), ("GROQ_API_KEY", "gsk-x")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("config OK"), "{stdout}");
+    assert!(stdout.contains("llama-3.3-70b-versatile"), "{stdout}");
+}
+
+#[test]
+fn the_readme_quick_start_config_passes_check_verbatim() {
+    let text = readme_block("## Quick start", "toml");
+    assert!(
+        text.contains("[provider.openai]") && text.contains("vertex_ai = {"),
+        "{text}"
+    );
+    let config = write("quickstart.toml", &text);
+    let home = common::scratch_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_sturnus"))
+        .args(["check", "--config", &config])
+        .env_clear()
+        .env("HOME", &home)
+        .env("OPENAI_API_KEY", "sk-x")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "fast",
+        "openai",
+        "gpt-4o-mini",
+        "vertex",
+        "google/gemini-2.5-flash",
+    ] {
+        assert!(stdout.contains(expected), "no {expected}: {stdout}");
+    }
+}
+
+#[test]
+fn the_demo_shows_its_tables_without_access_lines_unless_verbose() {
+    let demo = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sturnus"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let quiet = demo(&["demo", "--seconds", "3"]);
+    let tables = quiet.lines().filter(|l| l.starts_with("t= ")).count();
+    assert_eq!(tables, 3, "{quiet}");
+    for candidate in [
+        "swift/swift-large",
+        "steady/steady-medium",
+        "flaky/flaky-small",
+    ] {
+        assert!(quiet.contains(candidate), "no {candidate}: {quiet}");
+    }
+    assert!(quiet.contains("demo finished"), "{quiet}");
+    assert!(quiet.contains("--verbose"), "{quiet}");
+    let logged = |out: &str| {
+        out.lines()
+            .filter(|l| l.contains("\"level\":\"INFO\"") || l.contains(" INFO "))
+            .count()
+    };
+    assert_eq!(logged(&quiet), 0, "{quiet}");
+    assert!(!quiet.contains("request_id"), "{quiet}");
+
+    // The same run with --verbose does print access lines (so their absence above means
+    // something).
+    let verbose = demo(&["demo", "--seconds", "2", "--verbose"]);
+    assert!(verbose.contains("request_id"), "{verbose}");
+    assert!(logged(&verbose) > 10, "{verbose}");
+}

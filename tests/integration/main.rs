@@ -4,6 +4,7 @@
 
 mod common;
 
+mod arm64;
 mod cli;
 mod client_closed;
 mod connections;

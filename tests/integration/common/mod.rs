@@ -1,6 +1,7 @@
 //! Shared harness for the black-box tests: the real sturnus binary on loopback, in front of
 //! simulated providers that speak OpenAI's wire format.
 
+pub mod elf;
 pub mod exposition;
 
 use std::net::{SocketAddr, TcpListener};

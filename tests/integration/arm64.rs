@@ -1,0 +1,124 @@
+//! The static `aarch64-unknown-linux-musl` binary (what the arm64 image ships), run on this
+//! machine under `qemu-aarch64` with an empty environment: it serves `/health` and proxies one
+//! chat completion and one stream to a simulated provider running natively.
+//!
+//! Needs the cross-built binary and qemu-user, so it is ignored by `cargo test`;
+//! `make smoke-arm64` builds the binary, installs qemu if missing and runs it with
+//! `STURNUS_ARM64_BIN` (the binary) and `QEMU_AARCH64` (the emulator, default
+//! `qemu-aarch64-static`).
+
+use crate::common;
+
+use common::elf::{dynamic_needs, machine, EM_AARCH64};
+use common::*;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills the emulated sturnus when the test ends, however it ends.
+struct Emulated(Child);
+
+impl Drop for Emulated {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (up to 60 s: emulation is slow to start) until `url` answers 200.
+async fn wait_for_health(url: &str, process: &mut Emulated, log: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = process.0.try_wait() {
+            let logs = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("sturnus under qemu exited with {status}:\n{logs}");
+        }
+        if let Ok(r) = client().get(url).send().await {
+            if r.status() == 200 {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let logs = std::fs::read_to_string(log).unwrap_or_default();
+    panic!("sturnus under qemu did not become healthy in 60 s:\n{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the aarch64 binary and qemu-user: run `make smoke-arm64`"]
+async fn the_arm64_binary_serves_health_and_proxies_a_chat_and_a_stream_under_qemu() {
+    let bin = std::env::var("STURNUS_ARM64_BIN")
+        .expect("STURNUS_ARM64_BIN names the aarch64 binary (make smoke-arm64 sets it)");
+    let qemu = std::env::var("QEMU_AARCH64").unwrap_or_else(|_| "qemu-aarch64-static".into());
+    let elf = std::fs::read(&bin).unwrap_or_else(|e| panic!("{bin}: {e}"));
+    assert_eq!(machine(&elf), EM_AARCH64, "{bin} is not an aarch64 binary");
+    assert_eq!(dynamic_needs(&elf), (false, 0), "{bin} is not static");
+
+    let sim = SimProvider::start("plain").await.unwrap();
+    let port = free_port();
+    let dir = scratch_dir();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\n{}[model]\nfast = [{{ provider = \"plain\", model = \"m\" }}]\n",
+            provider_toml("plain", &sim, Some("sk-arm64"))
+        ),
+    )
+    .unwrap();
+    let log = dir.join("sturnus.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let child = Command::new(&qemu)
+        .arg(&bin)
+        .arg("--config")
+        .arg(&config)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {qemu}: {e}"));
+    let mut sturnus = Emulated(child);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_for_health(&format!("{base}/health"), &mut sturnus, &log).await;
+
+    let health = client().get(format!("{base}/health")).send().await.unwrap();
+    assert_eq!(health.text().await.unwrap(), r#"{"status":"ok"}"#);
+
+    let chat = client()
+        .post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(chat_body("fast", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+    assert_eq!(chat.headers()["x-sturnus-provider"], "plain");
+    let answer: serde_json::Value = chat.json().await.unwrap();
+    assert_eq!(answer["model"], "m", "{answer}");
+    assert!(
+        answer["choices"][0]["message"]["content"].is_string(),
+        "{answer}"
+    );
+
+    let stream = client()
+        .post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(chat_body("fast", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert!(stream.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = stream.text().await.unwrap();
+    assert!(events.matches("data: {").count() >= 2, "{events}");
+    assert!(events.trim_end().ends_with("data: [DONE]"), "{events}");
+
+    assert_eq!(sim.request_count(), 2);
+    let received = sim.requests();
+    assert_eq!(received[0].header("authorization"), Some("Bearer sk-arm64"));
+    let logs = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
