@@ -144,7 +144,7 @@ impl Strategy for Sturnus {
                 retry_after_s,
             } => (code, retry_after_s),
         };
-        // As relay::body_chunk: the first chunk of any response, error bodies included.
+        // As relay::response_body_filter: the first chunk of any response, error bodies included.
         stats.record_latency(MODE, response.latency as f64, alpha);
         // As relay::finish.
         match Outcome::from_status(status) {
