@@ -7,8 +7,8 @@
 //! there is nothing left for Pingora's request-body pump to do: the request goes out in two
 //! writes (header, then the whole body), the answer in one when it is not streamed, and no
 //! channel or second task sits between client and provider. On the benchmark's 1 KB chat
-//! request this takes as many instructions as Pingora's bare pass-through, where replaying
-//! the body through Pingora's hooks took 17 % more (`bench/results/profile.md`).
+//! request this takes as many instructions as Pingora's bare pass-through
+//! (`bench/results/profile.md`).
 //!
 //! Which Pingora phase each function here stands in for is mapped in `docs/architecture.md`.
 

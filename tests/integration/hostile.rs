@@ -234,14 +234,14 @@ async fn the_budget_comes_back_on_every_path() {
         .expect_budget_full("a client disconnect mid-upload")
         .await;
 
-    // The provider never answers: 504 on both paths.
+    // The provider never answers: 504 for the spliced and the sliced body alike.
     sim.behaviour.set_fault(Fault::NeverAnswer);
     for body in [&small, &large] {
         let resp = post(&proxy, "/v1/chat/completions", body.clone()).await;
         assert_eq!(resp.status(), 504);
         proxy.expect_budget_full("an upstream timeout").await;
     }
-    // The provider is gone: 502 on both paths.
+    // The provider is gone: 502 for both bodies.
     sim.shutdown();
     for body in [&small, &large] {
         let resp = post(&proxy, "/v1/chat/completions", body.clone()).await;
