@@ -6,7 +6,6 @@
 
 use crate::common;
 
-use common::exposition::Exposition;
 use common::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -103,19 +102,6 @@ async fn expect_access_line(proxy: &Proxy, stream: bool) -> Value {
     }
 }
 
-/// `/metrics` parsed.
-async fn metrics(proxy: &Proxy) -> Exposition {
-    let text = client()
-        .get(proxy.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    Exposition::parse(&text).unwrap()
-}
-
 const SERIES: [(&str, &str); 3] = [("alias", "fast"), ("provider", "up"), ("model", "m")];
 
 fn with<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
@@ -137,7 +123,7 @@ async fn expect_accounted_and_serving(proxy: &Proxy, stream: bool) {
     assert_eq!(c["client_errors"], 0, "{c}");
     assert_eq!(c["requests"], 0, "{c}");
     assert_eq!(c["non_streaming"]["latency_ms"], Value::Null, "{c}");
-    let m = metrics(proxy).await;
+    let m = proxy.metrics().await;
     let kind = |k| m.value("sturnus_errors_total", &with(&[("kind", k)]));
     assert_eq!(kind("client_closed"), Some(1.0));
     assert_eq!(kind("reset"), Some(0.0));

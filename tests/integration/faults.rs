@@ -94,6 +94,19 @@ async fn expect_served(proxy: &Proxy, alias: &str) {
     }
 }
 
+/// One fault, both body sizes: each request gets `status` with `code`, the candidate counts two
+/// failures of `kind`, and once the fault clears the next request is served.
+async fn expect_fault_answered(fault: Fault, status: u16, code: &str, kind: &str) {
+    let b = bench("", "", &[]).await;
+    b.up.behaviour.set_fault(fault);
+    for body in bodies("fast", false) {
+        expect_error(&b.proxy, &body, status, code).await;
+    }
+    expect_failures(&b.proxy, "fast", 2, kind).await;
+    b.up.behaviour.set_fault(Fault::None);
+    expect_served(&b.proxy, "fast").await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn connection_refused() {
     let b = bench("", "", &[]).await;
@@ -111,26 +124,12 @@ async fn connection_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn accepts_but_never_answers_times_out_with_504() {
-    let b = bench("", "", &[]).await;
-    b.up.behaviour.set_fault(Fault::NeverAnswer);
-    for body in bodies("fast", false) {
-        expect_error(&b.proxy, &body, 504, "upstream_timeout").await;
-    }
-    expect_failures(&b.proxy, "fast", 2, "timeout").await;
-    b.up.behaviour.set_fault(Fault::None);
-    expect_served(&b.proxy, "fast").await;
+    expect_fault_answered(Fault::NeverAnswer, 504, "upstream_timeout", "timeout").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn closes_while_sending_headers() {
-    let b = bench("", "", &[]).await;
-    b.up.behaviour.set_fault(Fault::CloseDuringHeaders);
-    for body in bodies("fast", false) {
-        expect_error(&b.proxy, &body, 502, "upstream_error").await;
-    }
-    expect_failures(&b.proxy, "fast", 2, "reset").await;
-    b.up.behaviour.set_fault(Fault::None);
-    expect_served(&b.proxy, "fast").await;
+    expect_fault_answered(Fault::CloseDuringHeaders, 502, "upstream_error", "reset").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -173,14 +172,7 @@ async fn wait_until_idle(proxy: &Proxy, alias: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn garbage_instead_of_http() {
-    let b = bench("", "", &[]).await;
-    b.up.behaviour.set_fault(Fault::Garbage);
-    for body in bodies("fast", false) {
-        expect_error(&b.proxy, &body, 502, "upstream_error").await;
-    }
-    expect_failures(&b.proxy, "fast", 2, "reset").await;
-    b.up.behaviour.set_fault(Fault::None);
-    expect_served(&b.proxy, "fast").await;
+    expect_fault_answered(Fault::Garbage, 502, "upstream_error", "reset").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

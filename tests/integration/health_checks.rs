@@ -84,18 +84,6 @@ async fn wait_unhealthy(proxy: &Proxy, provider: &str, unhealthy: bool) {
     }
 }
 
-async fn metrics(proxy: &Proxy) -> Exposition {
-    let text = client()
-        .get(proxy.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    Exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
-
 fn healthy_gauge(m: &Exposition, provider: &str) -> Option<f64> {
     m.value("sturnus_provider_healthy", &[("provider", provider)])
 }
@@ -114,7 +102,7 @@ async fn a_provider_failing_its_health_check_gets_no_traffic_until_it_passes_aga
     let proxy = Proxy::start(&config(&a, &b.base_url())).await;
     let before = drive(&proxy, 60, None).await;
     assert!(count(&before, "b") > 0, "b got no traffic while healthy");
-    let m = metrics(&proxy).await;
+    let m = proxy.metrics().await;
     assert_eq!(healthy_gauge(&m, "b"), Some(1.0));
     assert_eq!(healthy_gauge(&m, "a"), None, "a has no check, so no gauge");
 
@@ -138,7 +126,7 @@ async fn a_provider_failing_its_health_check_gets_no_traffic_until_it_passes_aga
     assert_eq!(cand["share"]["non_streaming"], 0.0);
     assert_eq!(cand["share"]["streaming"], 0.0);
     assert_eq!(candidate(&proxy, "a").await["share"]["non_streaming"], 1.0);
-    let m = metrics(&proxy).await;
+    let m = proxy.metrics().await;
     assert_eq!(healthy_gauge(&m, "b"), Some(0.0));
     assert_eq!(share(&m, "b", "mb"), 0.0);
     assert_eq!(share(&m, "a", "ma"), 1.0);
@@ -169,7 +157,7 @@ async fn a_provider_failing_its_health_check_gets_no_traffic_until_it_passes_aga
         "traffic did not return to b: {after:?}"
     );
     assert!(chats(&b) > b_chats);
-    assert_eq!(healthy_gauge(&metrics(&proxy).await, "b"), Some(1.0));
+    assert_eq!(healthy_gauge(&proxy.metrics().await, "b"), Some(1.0));
     assert!(proxy
         .logs()
         .contains("provider b passes its health check (GET /health) again"));
@@ -200,7 +188,7 @@ async fn a_provider_that_goes_down_is_taken_out_and_its_traffic_returns_when_it_
     let during = drive(&proxy, 200, None).await;
     assert_eq!(count(&during, "a"), 200);
     assert_eq!(candidate(&proxy, "b").await["state"], "unhealthy");
-    assert_eq!(healthy_gauge(&metrics(&proxy).await, "b"), Some(0.0));
+    assert_eq!(healthy_gauge(&proxy.metrics().await, "b"), Some(0.0));
 
     // b comes back on the same address.
     let back = restart_on(b_addr).await;
@@ -208,7 +196,7 @@ async fn a_provider_that_goes_down_is_taken_out_and_its_traffic_returns_when_it_
     let after = drive(&proxy, 100, None).await;
     assert!(count(&after, "b") > 0, "traffic did not return to b");
     assert_eq!(chats(&back), count(&after, "b"));
-    assert_eq!(healthy_gauge(&metrics(&proxy).await, "b"), Some(1.0));
+    assert_eq!(healthy_gauge(&proxy.metrics().await, "b"), Some(1.0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -232,7 +220,7 @@ async fn when_every_candidate_is_unhealthy_the_alias_routes_as_if_none_were() {
         10,
         "the pin holds when no candidate is healthy"
     );
-    let m = metrics(&proxy).await;
+    let m = proxy.metrics().await;
     assert_eq!(healthy_gauge(&m, "a"), Some(0.0));
     assert_eq!(healthy_gauge(&m, "b"), Some(0.0));
     assert!((share(&m, "a", "ma") + share(&m, "b", "mb") - 1.0).abs() < 1e-9);
@@ -281,7 +269,7 @@ async fn an_https_provider_is_checked_over_tls_against_the_trusted_roots() {
     let untrusted = Proxy::start(&config).await;
     wait_unhealthy(&untrusted, "secure", true).await;
     assert_eq!(
-        healthy_gauge(&metrics(&untrusted).await, "secure"),
+        healthy_gauge(&untrusted.metrics().await, "secure"),
         Some(0.0)
     );
     assert!(

@@ -266,19 +266,7 @@ async fn one_body_larger_than_the_whole_budget_gets_413_not_429() {
         "{err}"
     );
     // The same body sent chunked is refused as it grows.
-    let pieces: Vec<Result<Vec<u8>, std::io::Error>> = body
-        .as_bytes()
-        .chunks(4096)
-        .map(|c| Ok(c.to_vec()))
-        .collect();
-    let resp = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-            pieces,
-        )))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_chunked(&proxy, &body, 4096).await;
     assert_eq!(resp.status(), 413);
     // Over the per-request cap.
     let resp = post(
@@ -322,19 +310,7 @@ async fn a_busy_budget_answers_429_with_retry_after_until_it_drains() {
     assert_eq!(err["type"], "rate_limit_error", "{err}");
     // A chunked upload is refused as it grows past what is left.
     let body = chat_of_size("fast", 50_000);
-    let pieces: Vec<Result<Vec<u8>, std::io::Error>> = body
-        .as_bytes()
-        .chunks(4096)
-        .map(|c| Ok(c.to_vec()))
-        .collect();
-    let resp = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-            pieces,
-        )))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_chunked(&proxy, &body, 4096).await;
     assert_eq!(resp.status(), 429);
     assert!(resp.headers().contains_key("retry-after"));
     assert_eq!(proxy.status().await["budget"]["rejections"], 2);
@@ -393,19 +369,7 @@ async fn bodies_over_the_per_request_cap_get_413_before_more_than_the_cap_is_buf
     );
     assert_eq!(proxy.status().await["budget"]["peak_bytes"], 0);
     // Chunked: refused as soon as it passes the cap, never holding more than the cap.
-    let pieces: Vec<Result<Vec<u8>, std::io::Error>> = body
-        .as_bytes()
-        .chunks(4096)
-        .map(|c| Ok(c.to_vec()))
-        .collect();
-    let resp = client()
-        .post(proxy.url("/v1/chat/completions"))
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-            pieces,
-        )))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_chunked(&proxy, &body, 4096).await;
     assert_eq!(resp.status(), 413);
     let status = proxy.status().await;
     let peak = status["budget"]["peak_bytes"].as_u64().unwrap();

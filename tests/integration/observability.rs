@@ -645,14 +645,7 @@ async fn logs_are_json_lines_with_access_fields_and_never_a_key() {
     }
     let status = client().get(proxy.url("/status")).send().await.unwrap();
     let status_text = status.text().await.unwrap();
-    let metrics_text = client()
-        .get(proxy.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics_text = proxy.metrics_text().await;
 
     for (id, model, stream, status, outcome, len) in &expected {
         let line = access_line(&proxy, id).await;

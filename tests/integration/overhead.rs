@@ -14,15 +14,7 @@ const DELAY: Duration = Duration::from_millis(200);
 /// Scrapes `/metrics` once nothing is in flight any more (every request's accounting is done).
 async fn settled(proxy: &Proxy) -> Exposition {
     for _ in 0..400 {
-        let text = client()
-            .get(proxy.url("/metrics"))
-            .send()
-            .await
-            .expect("scrape")
-            .text()
-            .await
-            .unwrap();
-        let m = Exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let m = proxy.metrics().await;
         if m.series("sturnus_inflight_requests")
             .iter()
             .all(|s| s.value == 0.0)

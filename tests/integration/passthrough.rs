@@ -90,19 +90,7 @@ async fn chunked_uploads_are_read_whole_and_sent_with_a_length() {
     for total in [3_000usize, 200_000] {
         sim.clear_requests();
         let body = body_of_size(total);
-        let pieces: Vec<Result<Vec<u8>, std::io::Error>> = body
-            .as_bytes()
-            .chunks(997)
-            .map(|c| Ok(c.to_vec()))
-            .collect();
-        let resp = client()
-            .post(proxy.url("/v1/chat/completions"))
-            .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-                pieces,
-            )))
-            .send()
-            .await
-            .unwrap();
+        let resp = post_chunked(&proxy, &body, 997).await;
         assert_eq!(resp.status(), 200);
         let got = sim.requests().pop().unwrap();
         assert!(got.body == expected(&body), "chunked {total}: body differs");

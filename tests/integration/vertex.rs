@@ -76,9 +76,13 @@ async fn assert_no_token_leaks(proxy: &Proxy, mock: &GcpMock) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn metadata_tokens_are_refreshed_before_they_expire_under_continuous_traffic() {
-    let mock = GcpMock::start(4).await;
+/// A Vertex AI provider behind sturnus whose tokens come from a mock GKE metadata server issuing
+/// tokens of `lifetime` seconds; `held`: the server holds its answers until released.
+async fn on_metadata_server(lifetime: u64, held: bool) -> (GcpMock, SimProvider, Proxy) {
+    let mock = GcpMock::start(lifetime).await;
+    if held {
+        mock.hold();
+    }
     let sim = SimProvider::start("vertex").await.unwrap();
     let home = scratch_dir();
     let proxy = start(
@@ -86,6 +90,12 @@ async fn metadata_tokens_are_refreshed_before_they_expire_under_continuous_traff
         &adc_env(&home, "", &mock.metadata_host()),
     )
     .await;
+    (mock, sim, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metadata_tokens_are_refreshed_before_they_expire_under_continuous_traffic() {
+    let (mock, sim, proxy) = on_metadata_server(4, false).await;
 
     let deadline = Instant::now() + Duration::from_secs(9);
     let mut workers = Vec::new();
@@ -163,15 +173,7 @@ async fn metadata_tokens_are_refreshed_before_they_expire_under_continuous_traff
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_first_request_waits_for_the_first_token() {
-    let mock = GcpMock::start(3600).await;
-    mock.hold();
-    let sim = SimProvider::start("vertex").await.unwrap();
-    let home = scratch_dir();
-    let proxy = start(
-        &solo_config(&sim),
-        &adc_env(&home, "", &mock.metadata_host()),
-    )
-    .await;
+    let (mock, sim, proxy) = on_metadata_server(3600, true).await;
     let url = proxy.url("/v1/chat/completions");
     let first = tokio::spawn(async move {
         client()
@@ -197,15 +199,7 @@ async fn the_first_request_waits_for_the_first_token() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_first_token_slower_than_the_bound_is_a_clear_503_then_arrives() {
-    let mock = GcpMock::start(3600).await;
-    mock.hold();
-    let sim = SimProvider::start("vertex").await.unwrap();
-    let home = scratch_dir();
-    let proxy = start(
-        &solo_config(&sim),
-        &adc_env(&home, "", &mock.metadata_host()),
-    )
-    .await;
+    let (mock, sim, proxy) = on_metadata_server(3600, true).await;
     // The token endpoint holds its answer past the 5 s bound.
     let resp = post(&proxy, "/v1/chat/completions", marked_body("gem", "early")).await;
     assert_eq!(resp.status(), 503);

@@ -259,6 +259,24 @@ impl Proxy {
             .await
             .unwrap()
     }
+
+    /// The `/metrics` page as text.
+    pub async fn metrics_text(&self) -> String {
+        client()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("scrape /metrics")
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// The `/metrics` page, parsed (a malformed page fails the test, showing it).
+    pub async fn metrics(&self) -> exposition::Exposition {
+        let text = self.metrics_text().await;
+        exposition::Exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
 }
 
 impl Proxy {
@@ -416,6 +434,24 @@ pub async fn post(proxy: &Proxy, path: &str, body: impl Into<reqwest::Body>) -> 
         .send()
         .await
         .expect("request to sturnus")
+}
+
+/// POSTs `body` to the chat endpoint as a chunked upload (no `Content-Length`), in pieces of
+/// `piece` bytes.
+pub async fn post_chunked(proxy: &Proxy, body: &str, piece: usize) -> reqwest::Response {
+    let pieces: Vec<Result<Vec<u8>, std::io::Error>> = body
+        .as_bytes()
+        .chunks(piece)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    client()
+        .post(proxy.url("/v1/chat/completions"))
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            pieces,
+        )))
+        .send()
+        .await
+        .expect("chunked request to sturnus")
 }
 
 /// A JSON chat body of exactly `size` bytes whose model is `model`.
