@@ -8,8 +8,8 @@
 //! it calls `cleanup`. The inner cleanup (the header guard's, then Pingora's) closes idle
 //! keep-alive connections at once, which races with a client that is just sending its next
 //! request on one. So `cleanup` first settles
-//! ([`SETTLE`], so connections accepted just before are counted), then lingers up to [`LINGER`]
-//! while connections are open: each request arriving meanwhile is still served,
+//! ([`SETTLE`], so connections accepted just before are counted), then waits up to
+//! [`LAST_REQUEST_WAIT`] while connections are open: each request arriving meanwhile is served,
 //! with `Connection: close` (Pingora disables keep-alive once shutdown started), and the client
 //! moves to a new connection — to the new process, in an upgrade. Then idle connections are
 //! closed, and once no connection is left the process exits with status 0, rather than sleeping
@@ -26,7 +26,7 @@ use std::time::Duration;
 
 /// Longest wait for busy keep-alive connections to finish a last request before idle ones are
 /// closed.
-pub const LINGER: Duration = Duration::from_secs(2);
+pub const LAST_REQUEST_WAIT: Duration = Duration::from_secs(2);
 
 /// Pause before the first look at the connection count: a connection accepted just before the
 /// listener closed is counted once its task starts, and its request is then still served.
@@ -59,7 +59,7 @@ impl<A> Tracked<A> {
         Tracked {
             inner: Arc::new(inner),
             lifecycle,
-            linger: LINGER,
+            linger: LAST_REQUEST_WAIT,
             on_drained,
         }
     }

@@ -34,9 +34,6 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const MAX_HEADERS: usize = 256;
 /// How long an idle keep-alive connection waits for its next request (Pingora's default).
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
-/// After refusing a request, how long unread bytes are drained before closing, so the client
-/// reads the answer instead of a connection reset.
-const LINGER: Duration = Duration::from_secs(1);
 
 /// Wraps Pingora's HTTP app `A` with the header deadline and checks.
 pub struct HeaderGuard<A> {
@@ -403,7 +400,7 @@ async fn refuse(mut stream: Stream, err: &ApiError) {
     }
     let _ = AsyncWriteExt::shutdown(&mut stream).await;
     let mut sink = vec![0u8; 16 * 1024];
-    let _ = tokio::time::timeout(LINGER, async {
+    let _ = tokio::time::timeout(super::respond::REFUSAL_DRAIN, async {
         while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
     })
     .await;

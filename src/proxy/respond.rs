@@ -77,7 +77,7 @@ pub async fn send_error(
 
 /// Answers a request whose body sturnus stopped reading (too large, over budget, too slow) and
 /// closes the connection. Before closing it drains what the client still sends for a moment
-/// ([`LINGER`]), without keeping it, so the client reads the answer rather than a reset.
+/// ([`REFUSAL_DRAIN`]), without keeping it, so the client reads the answer rather than a reset.
 pub async fn refuse(
     session: &mut Session,
     request_id: &str,
@@ -91,14 +91,15 @@ pub async fn refuse(
         .collect();
     Box::pin(async move {
         send_error(session, request_id, err, &extra).await?;
-        let _ = tokio::time::timeout(LINGER, session.drain_request_body()).await;
+        let _ = tokio::time::timeout(REFUSAL_DRAIN, session.drain_request_body()).await;
         Ok(())
     })
     .await
 }
 
-/// How long [`refuse`] drains unread request bytes before the connection closes.
-pub const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+/// After refusing a request, how long unread request bytes are drained before the connection
+/// closes, so the client reads the answer instead of a connection reset.
+pub const REFUSAL_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Largest unread request body sturnus drains (rather than closing) before answering early.
 const DRAIN_LIMIT: u64 = 1 << 20;

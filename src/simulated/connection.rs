@@ -29,7 +29,7 @@ const BLOCK: usize = 64 * 1024;
 /// The header a 429 answer adds.
 const RETRY_AFTER: &[u8] = b"retry-after: 1\r\n";
 /// How long a graceful close waits for the peer to finish sending.
-const LINGER: Duration = Duration::from_millis(500);
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// How a request left the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -595,7 +595,7 @@ impl Connection<'_> {
     /// followed by close is not turned into a reset by unread request bytes.
     async fn close_gracefully(&mut self) {
         let _ = self.stream.shutdown().await;
-        let _ = tokio::time::timeout(LINGER, self.hold()).await;
+        let _ = tokio::time::timeout(CLOSE_WAIT, self.hold()).await;
     }
 }
 
