@@ -3,8 +3,8 @@
 //! Answers are plain values so every listener can serve them; nothing here touches a provider.
 //! The proxy listener serves all of them; `metrics_listen` only [`METRICS_LISTENER_PATHS`].
 
+use crate::api::respond;
 use crate::app::App;
-use crate::proxy::respond;
 use crate::routing::{ErrorKind, Mode};
 use pingora_core::Result;
 use pingora_proxy::Session;
@@ -49,7 +49,7 @@ pub fn answer(method: &http::Method, path: &str, app: &App) -> Option<Answer> {
         _ => return None,
     };
     if method != http::Method::GET && method != http::Method::HEAD {
-        let err = crate::proxy::errors::ApiError::method_not_allowed(method.as_str(), path, "GET");
+        let err = crate::api::ApiError::method_not_allowed(method.as_str(), path, "GET");
         return Some(Answer {
             status: 405,
             content_type: "application/json",

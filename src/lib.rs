@@ -5,6 +5,7 @@
 //! value of the body. See `README.md` for the product and `docs/` for depth.
 
 pub mod admin;
+pub mod api;
 pub mod app;
 pub mod body;
 pub mod budget;

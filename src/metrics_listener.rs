@@ -4,8 +4,8 @@
 //! a JSON 404.
 
 use crate::admin::{self, Answer, METRICS_LISTENER_PATHS};
+use crate::api::ApiError;
 use crate::app::App;
-use crate::proxy::errors::ApiError;
 use async_trait::async_trait;
 use http::Response;
 use pingora_core::apps::http_app::ServeHttp;
@@ -76,7 +76,7 @@ async fn drain(session: &mut ServerSession) -> bool {
     if session.is_body_empty() {
         return true;
     }
-    let declared = crate::proxy::body_intake::declared_length(session.req_header());
+    let declared = crate::api::respond::declared_length(session.req_header());
     match declared {
         Some(len) if len <= DRAIN_LIMIT => {
             matches!(

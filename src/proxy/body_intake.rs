@@ -10,22 +10,14 @@
 //! up front, or each growth of the buffer of a chunked upload; 429, or 413 when a body can
 //! never fit), and `routing.body_timeout_secs` for the whole body (408).
 
-use super::errors::ApiError;
+use crate::api::respond::declared_length;
+use crate::api::ApiError;
 use crate::budget::{Budget, Refusal as BudgetRefusal, Reservation};
 use bytes::Bytes;
 use pingora_core::{ErrorType, Result};
 use pingora_proxy::Session;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The request's `Content-Length` as a number, if it has a readable one: every early answer and
-/// body read sizes its work from it.
-pub fn declared_length(req: &pingora::http::RequestHeader) -> Option<u64> {
-    req.headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-}
 
 /// First buffer size for a chunked upload (it doubles from there, up to the cap).
 const FIRST_CHUNKED_CAPACITY: usize = 16 * 1024;

@@ -1,8 +1,7 @@
 //! What the client gets when proxying fails: a JSON 502/504 for provider failures.
 
 use super::ctx::RequestCtx;
-use super::errors::{self, ApiError};
-use super::respond;
+use crate::api::{classify, describe, respond, ApiError};
 use crate::providers::CredentialError;
 use pingora_core::{Error, ErrorSource};
 use pingora_proxy::{FailToProxy, Session};
@@ -15,9 +14,9 @@ pub async fn respond(session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> 
         .map(|r| r.candidate.provider.name.clone())
         .unwrap_or_default();
     let credential = e.root_cause().downcast_ref::<CredentialError>();
-    let err = match (credential, errors::classify(e)) {
+    let err = match (credential, classify(e)) {
         (Some(why), _) => ApiError::credential_unavailable(&provider, why),
-        (None, Some(kind)) => ApiError::upstream(&provider, kind, &errors::describe(e)),
+        (None, Some(kind)) => ApiError::upstream(&provider, kind, &describe(e)),
         _ if e.esource() == &ErrorSource::Downstream => {
             return FailToProxy {
                 error_code: 0,

@@ -16,7 +16,7 @@
 //! arriving is read to its end (its deadline bounds it), so a request racing the shutdown is
 //! still served.
 
-use super::errors::ApiError;
+use crate::api::ApiError;
 use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora_core::apps::{HttpServerApp, ServerApp};
@@ -400,7 +400,7 @@ async fn refuse(mut stream: Stream, err: &ApiError) {
     }
     let _ = AsyncWriteExt::shutdown(&mut stream).await;
     let mut sink = vec![0u8; 16 * 1024];
-    let _ = tokio::time::timeout(super::respond::REFUSAL_DRAIN, async {
+    let _ = tokio::time::timeout(crate::api::respond::REFUSAL_DRAIN, async {
         while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
     })
     .await;

@@ -4,8 +4,7 @@
 
 use super::body_intake::{self, BodyLimits};
 use super::ctx::{RequestCtx, Route};
-use super::errors::ApiError;
-use super::respond;
+use crate::api::{respond, ApiError};
 use crate::app::App;
 use crate::body;
 use crate::providers::Provider;

@@ -8,14 +8,12 @@
 pub mod body_intake;
 mod client_watch;
 pub mod ctx;
-pub mod errors;
 mod failure;
 mod forward;
 pub mod header_guard;
 pub mod intake;
 mod overhead;
 pub mod relay;
-pub mod respond;
 mod upstream_request;
 
 use crate::admin;

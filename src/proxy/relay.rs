@@ -6,7 +6,7 @@
 //! for every request, answered or not.
 
 use super::ctx::RequestCtx;
-use super::errors;
+use crate::api::classify;
 use crate::app::App;
 use crate::observe::access_log::{millis, AccessRecord, Verdict};
 use crate::observe::trace;
@@ -175,7 +175,7 @@ pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, ap
     let failure = if client_closed {
         None
     } else {
-        ctx.failure.or_else(|| error.and_then(errors::classify))
+        ctx.failure.or_else(|| error.and_then(classify))
     };
     if client_closed {
         if let Some(route) = &ctx.route {

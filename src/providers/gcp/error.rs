@@ -120,7 +120,7 @@ pub enum ExchangeError {
     #[error(transparent)]
     Resolve(#[from] ResolveError),
     /// Connecting, writing or reading failed.
-    #[error("{}", super::http::describe(.0))]
+    #[error("{}", crate::api::describe(.0))]
     Io(Box<pingora_core::Error>),
     /// The request line could not be built.
     #[error("cannot build the request")]

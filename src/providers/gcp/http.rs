@@ -147,18 +147,6 @@ impl HttpClient {
     }
 }
 
-/// A short, secret-free description of a Pingora connect or I/O error.
-pub(super) fn describe(e: &pingora_core::Error) -> String {
-    let mut text = e.etype().as_str().to_string();
-    if let Some(cause) = e.root_cause().to_string().lines().next() {
-        if !cause.is_empty() && cause != text {
-            text.push_str(": ");
-            text.push_str(cause);
-        }
-    }
-    text
-}
-
 /// `application/x-www-form-urlencoded` for name/value pairs (RFC 3986 unreserved kept as is).
 pub fn form_encode(pairs: &[(&str, &str)]) -> Secret {
     let mut out = String::new();

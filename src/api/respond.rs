@@ -1,6 +1,6 @@
 //! Writing answers that sturnus produces itself (errors, admin JSON) to the client.
 
-use super::errors::ApiError;
+use super::ApiError;
 use crate::observe::trace::REQUEST_ID;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
@@ -97,6 +97,15 @@ pub async fn refuse(
     .await
 }
 
+/// The request's `Content-Length` as a number, if it has a readable one: every early answer and
+/// body read sizes its work from it.
+pub fn declared_length(req: &pingora::http::RequestHeader) -> Option<u64> {
+    req.headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
 /// After refusing a request, how long unread request bytes are drained before the connection
 /// closes, so the client reads the answer instead of a connection reset.
 pub const REFUSAL_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
@@ -106,7 +115,7 @@ const DRAIN_LIMIT: u64 = 1 << 20;
 
 /// Drains an unread request body when it is small enough; false when it was not drained.
 async fn drain_small_body(session: &mut Session) -> bool {
-    let declared = super::body_intake::declared_length(session.req_header());
+    let declared = declared_length(session.req_header());
     match declared {
         Some(len) if len <= DRAIN_LIMIT => session.drain_request_body().await.is_ok(),
         None if session.is_body_empty() => true,
