@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::observe::access_log::{millis, AccessRecord, Verdict};
 use crate::observe::trace;
 use crate::providers::ratelimit;
-use crate::routing::{unix_us, ErrorKind, Outcome, RoutingParams};
+use crate::routing::{now_us, ErrorKind, Outcome, RoutingParams};
 use pingora::http::ResponseHeader;
 use pingora_core::{Error, ErrorSource};
 use pingora_proxy::Session;
@@ -37,7 +37,7 @@ pub fn request_sent(ctx: &mut RequestCtx, connecting: Duration) {
     ctx.sent_at = Some(now);
     ctx.overhead.leaving(now, connecting);
     if let Some(route) = &ctx.route {
-        ctx.wait = Some(route.candidate.stats.begin_wait(route.mode, unix_us()));
+        ctx.wait = Some(route.candidate.stats.begin_wait(route.mode, now_us()));
     }
 }
 
@@ -53,7 +53,7 @@ fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
     };
     if let Some(wait) = ratelimit::retry_after(&resp.headers, SystemTime::now()) {
         let wait = wait.min(Duration::from_secs(MAX_RETRY_AFTER_SECS));
-        let deadline_us = unix_us() + wait.as_micros() as u64;
+        let deadline_us = now_us() + wait.as_micros() as u64;
         route.candidate.stats.back_off_until(deadline_us);
     }
 }

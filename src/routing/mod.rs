@@ -24,7 +24,7 @@ pub mod selector;
 pub mod tracker;
 
 pub use available::{choose_available, shares_available, weights_available};
-pub use pressure::unix_us;
+pub use pressure::now_us;
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
     choose, choose_at, pick_index, shares, shares_for, shares_for_at, weights, weights_for, Choice,

@@ -12,22 +12,20 @@
 //!   traffic at all (not even the probe floor); afterwards its depressed success rate ramps it
 //!   back in.
 //!
-//! Times are µs on any consistent clock: unix time in the proxy ([`unix_us`]), virtual time in
-//! the simulator. Count and sum are two atomics read without a lock, so a reader can see them
+//! Times are µs on any consistent clock: the monotonic clock in the proxy ([`now_us`]), so a
+//! wall-clock step (NTP, a resumed VM) can neither bench a candidate nor erase a back-off, and
+//! virtual time in the simulator. Count and sum are two atomics read without a lock, so a reader can see them
 //! out of step; with absolute timestamps that shows up as an implausible age and is ignored.
 
 use super::tracker::Mode;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Largest mean waiting age taken at face value (one day); beyond it the reading is torn.
 const MAX_AGE_US: u64 = 86_400_000_000;
 
-/// Wall-clock unix time in µs (0 if the clock is before 1970).
-pub fn unix_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
+/// The proxy's routing clock: monotonic µs ([`crate::clock::monotonic_us`]).
+pub fn now_us() -> u64 {
+    crate::clock::monotonic_us()
 }
 
 /// Requests of one mode waiting for their first chunk: how many, and the sum of send times.
@@ -168,7 +166,19 @@ mod tests {
     }
 
     #[test]
-    fn unix_clock_is_plausible() {
-        assert!(unix_us() > 1_600_000_000_000_000);
+    fn the_routing_clock_follows_the_monotonic_clock_not_the_wall_clock() {
+        let (mono, wall) = (std::time::Instant::now(), std::time::SystemTime::now());
+        let before = now_us();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let elapsed = now_us() - before;
+        let mono_us = mono.elapsed().as_micros() as u64;
+        assert!(elapsed <= mono_us + 1_000, "{elapsed} µs vs {mono_us} µs");
+        assert!(elapsed >= 20_000, "{elapsed}");
+        // Not unix time: the reading is far below the wall clock's µs since 1970.
+        let wall_us = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        assert!(now_us() < wall_us / 2);
     }
 }

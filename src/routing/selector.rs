@@ -4,10 +4,10 @@
 //! [`pick_index`] maps a uniform draw onto shares; [`choose`] is one alias's hot-path entry
 //! point (pin rule + weighted pick) and allocates nothing for up to [`INLINE_CANDIDATES`].
 //! [`choose_at`] / [`shares_for_at`] take the time explicitly (the simulator's virtual clock);
-//! [`choose`] / [`shares_for`] read the wall clock, and only when a candidate's waiting requests
-//! or `Retry-After` back-off make the time matter.
+//! [`choose`] / [`shares_for`] read the monotonic routing clock ([`now_us`]), and only when a
+//! candidate's waiting requests or `Retry-After` back-off make the time matter.
 
-use super::pressure::unix_us;
+use super::pressure::now_us;
 use super::rng::RngSource;
 use super::tracker::{CandidateStats, Mode, Snapshot};
 
@@ -329,7 +329,7 @@ pub fn pick_index(shares: &[f64], r: f64) -> usize {
 /// One alias's routing decision. `cands` are the alias's candidates in config order (anything
 /// that derefs to stats: `&CandidateStats`, `Arc<CandidateStats>`, ...); `pinned` is the index
 /// named by a session-affinity header, if any. Returns `None` only for an empty list. Reads
-/// the wall clock ([`unix_us`]) only if some candidate's score depends on time.
+/// the routing clock ([`now_us`]) only if some candidate's score depends on time.
 pub fn choose<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
@@ -338,7 +338,7 @@ pub fn choose<C: AsRef<CandidateStats>>(
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
     let now = if cands.iter().any(|c| c.as_ref().needs_time()) {
-        unix_us()
+        now_us()
     } else {
         0 // unused: no candidate has waiting requests or a back-off deadline
     };
@@ -427,7 +427,7 @@ pub fn shares_for<C: AsRef<CandidateStats>>(
     mode: Mode,
     params: &RoutingParams,
 ) -> Vec<f64> {
-    shares_for_at(cands, mode, params, unix_us())
+    shares_for_at(cands, mode, params, now_us())
 }
 
 /// Current raw weights for all candidates of an alias (allocates; for /status).
@@ -436,7 +436,7 @@ pub fn weights_for<C: AsRef<CandidateStats>>(
     mode: Mode,
     params: &RoutingParams,
 ) -> Vec<f64> {
-    let now_us = unix_us();
+    let now_us = now_us();
     let snaps: Vec<Snapshot> = cands
         .iter()
         .map(|c| c.as_ref().snapshot_at(mode, now_us))

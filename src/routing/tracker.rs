@@ -386,7 +386,7 @@ impl CandidateStats {
     /// Marks a request of `mode` sent upstream at `sent_us` as waiting for its first response
     /// chunk, until the returned guard drops: drop it when the first chunk arrives or the
     /// attempt ends without one. Its age then counts towards the candidate's latency (see
-    /// [`super::pressure`]). The proxy should call this with [`super::pressure::unix_us`] when
+    /// [`super::pressure`]). The proxy should call this with [`super::pressure::now_us`] when
     /// it sends the request, the clock [`super::choose`] reads.
     pub fn begin_wait(self: &Arc<Self>, mode: Mode, sent_us: u64) -> WaitGuard {
         self.pressure.start(mode, sent_us);
@@ -404,7 +404,7 @@ impl CandidateStats {
 
     /// Honours an upstream `Retry-After`: no traffic to this candidate before `deadline_us`
     /// (the proxy should call this on a 429 or 503 carrying `Retry-After`, with the deadline
-    /// on the [`super::pressure::unix_us`] clock). A shorter deadline never cuts a longer one.
+    /// on the [`super::pressure::now_us`] clock). A shorter deadline never cuts a longer one.
     pub fn back_off_until(&self, deadline_us: u64) {
         self.pressure.back_off_until(deadline_us);
     }
