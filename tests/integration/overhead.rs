@@ -6,7 +6,7 @@ use crate::common;
 use common::exposition::Exposition;
 use common::*;
 use futures_util::StreamExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The simulated provider's delay before its response header.
 const DELAY: Duration = Duration::from_millis(200);
@@ -120,12 +120,7 @@ async fn a_slow_reading_client_does_not_raise_the_overhead() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
-    let slow_until = Instant::now() + 5 * DELAY;
-    let mut read = 0usize;
-    while Instant::now() < slow_until {
-        read += body.next().await.unwrap().unwrap().len();
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let read = read_slowly(&mut body, 5 * DELAY, Duration::from_millis(20)).await;
     drop(body);
     assert!(read > 0);
 
@@ -140,12 +135,7 @@ async fn a_slow_reading_client_does_not_raise_the_overhead() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let mut body = resp.bytes_stream();
-    let slow_until = Instant::now() + 5 * DELAY;
-    let mut total = 0u64;
-    while Instant::now() < slow_until {
-        total += body.next().await.unwrap().unwrap().len() as u64;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut total = read_slowly(&mut body, 5 * DELAY, Duration::from_millis(20)).await;
     assert!(
         total < HUGE,
         "the answer was read before the reader slowed down"

@@ -454,6 +454,22 @@ pub async fn post_chunked(proxy: &Proxy, body: &str, piece: usize) -> reqwest::R
         .expect("chunked request to sturnus")
 }
 
+/// Reads `body` a piece at a time with `pause` after each, for `during`; returns the bytes read.
+/// The caller keeps the rest of the body.
+pub async fn read_slowly<S>(body: &mut S, during: Duration, pause: Duration) -> u64
+where
+    S: futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+{
+    use futures_util::StreamExt;
+    let until = Instant::now() + during;
+    let mut read = 0u64;
+    while Instant::now() < until {
+        read += body.next().await.unwrap().unwrap().len() as u64;
+        tokio::time::sleep(pause).await;
+    }
+    read
+}
+
 /// A JSON chat body of exactly `size` bytes whose model is `model`.
 pub fn chat_of_size(model: &str, size: usize) -> String {
     let head = format!("{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"user\",\"content\":\"");
