@@ -34,15 +34,16 @@ lint: bootstrap
 build: bootstrap
 	cargo build --release
 
-## The static x86_64 binary (the amd64 image's): target/x86_64-unknown-linux-musl/release/sturnus
+## The static x86_64 binary (the amd64 image's): target/x86_64-unknown-linux-musl/release/sturnus,
+## the proxy alone (no `tooling`: no demo, no simulator).
 static:
 	@scripts/bootstrap.sh static
-	cargo build --release --locked --target $(MUSL_TARGET)
+	cargo build --release --locked --no-default-features --target $(MUSL_TARGET)
 
 ## The static aarch64 binary (the arm64 image's): target/aarch64-unknown-linux-musl/release/sturnus
 static-arm64:
 	@scripts/bootstrap.sh arm64
-	$(ARM64_ENV) cargo zigbuild --release --locked --target $(ARM64_TARGET)
+	$(ARM64_ENV) cargo zigbuild --release --locked --no-default-features --target $(ARM64_TARGET)
 
 ## Run that binary under qemu-aarch64 with an empty environment: /health, a chat, a stream.
 smoke-arm64: static-arm64

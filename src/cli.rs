@@ -61,6 +61,10 @@ pub enum Command {
         timeout: u64,
     },
     /// Run a self-contained demo: simulated providers, the real proxy, live routing tables.
+    #[cfg_attr(
+        not(feature = "tooling"),
+        command(about = "Run a self-contained demo (not in this build)")
+    )]
     Demo {
         /// How long to drive traffic, in seconds (at least 2).
         #[arg(long, default_value_t = 20)]
@@ -71,7 +75,15 @@ pub enum Command {
         verbose: bool,
     },
     /// Compare routing strategies in a deterministic simulation (see docs/routing.md).
+    #[cfg(feature = "tooling")]
     Simulate(crate::simulate::SimulateArgs),
+    /// Compare routing strategies in a deterministic simulation (not in this build).
+    #[cfg(not(feature = "tooling"))]
+    Simulate {
+        /// The simulator's arguments, ignored.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Parses the command line and runs it; returns the process exit code.
@@ -85,13 +97,30 @@ pub fn main() -> i32 {
     }
     match cli.command {
         Some(Command::Check) => check(&cli.config, cli.listen),
+        #[cfg(feature = "tooling")]
         Some(Command::Demo { seconds, verbose }) => crate::demo::run(seconds, verbose),
+        #[cfg(feature = "tooling")]
         Some(Command::Simulate(args)) => crate::simulate::main(&args),
+        #[cfg(not(feature = "tooling"))]
+        Some(Command::Demo { .. }) => not_built("demo"),
+        #[cfg(not(feature = "tooling"))]
+        Some(Command::Simulate { .. }) => not_built("simulate"),
         Some(Command::Healthcheck { url, timeout }) => {
             crate::healthcheck::main(&url, std::time::Duration::from_secs(timeout.max(1)))
         }
         None | Some(Command::Serve) => serve(&cli.config, cli.listen, cli.pingora, cli.log_format),
     }
+}
+
+/// The answer of a tooling subcommand in a build without the `tooling` feature (the shipped
+/// binary): it says so and exits 2.
+#[cfg(not(feature = "tooling"))]
+fn not_built(subcommand: &str) -> i32 {
+    eprintln!(
+        "sturnus: `sturnus {subcommand}` is not in this build (built without the `tooling` \
+         feature, as the release image is); run it from a default build: cargo run -- {subcommand}"
+    );
+    2
 }
 
 /// Loads and validates the config (with `--listen` applied), printing every problem; `None`

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod container;
+#[cfg(feature = "tooling")]
 pub mod demo;
 pub mod healthcheck;
 pub mod lifecycle;
@@ -23,5 +24,7 @@ pub mod providers;
 pub mod proxy;
 pub mod routing;
 pub mod server;
+#[cfg(feature = "tooling")]
 pub mod simulate;
+#[cfg(feature = "tooling")]
 pub mod simulated;

@@ -284,7 +284,7 @@ impl BackgroundService for HealthChecks {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tooling"))]
 mod tests {
     use super::*;
     use crate::config::Config;
