@@ -81,7 +81,7 @@ async fn the_arm64_binary_serves_health_and_proxies_a_chat_and_a_stream_under_qe
     let base = format!("http://127.0.0.1:{port}");
     wait_for_health(&format!("{base}/health"), &mut sturnus, &log).await;
 
-    let health = client().get(format!("{base}/health")).send().await.unwrap();
+    let health = get_url(format!("{base}/health")).await;
     assert_eq!(health.text().await.unwrap(), r#"{"status":"ok"}"#);
 
     let chat = client()

@@ -17,13 +17,7 @@ const NOTICED_WITHIN: Duration = Duration::from_secs(1);
 
 /// A provider `up` behind alias `fast`, and sturnus in front.
 async fn start() -> (SimProvider, Proxy) {
-    let up = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"m\" }}]\n",
-        provider_toml("up", &up, None)
-    );
-    let proxy = Proxy::start(&config).await;
-    (up, proxy)
+    one_provider("m", None, "").await
 }
 
 /// Sends `body` on a raw connection and waits until the provider has received the request.
@@ -157,30 +151,25 @@ async fn expect_accounted_and_serving(proxy: &Proxy, stream: bool) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_leaving_before_the_response_header_cancels_the_provider_request() {
-    let (up, proxy) = start().await;
-    up.behaviour.set_latency(Duration::from_secs(8));
-    let client = send_and_wait_for_provider(&proxy, &up, &chat_body("fast", false)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let left = leave(client);
-    expect_provider_saw_close(&up, left).await;
-    up.behaviour.set_latency(Duration::ZERO);
-    expect_accounted_and_serving(&proxy, false).await;
-    assert_eq!(
-        candidate(&proxy).await["streaming"]["latency_ms"],
-        Value::Null
-    );
+    expect_leaving_before_the_answer_cancels_it(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_leaving_before_the_first_chunk_cancels_the_stream() {
+    expect_leaving_before_the_answer_cancels_it(true).await;
+}
+
+/// A client that leaves while the provider has not answered yet: the provider's request is
+/// closed, the request accounted, no latency sample taken, and sturnus serves on.
+async fn expect_leaving_before_the_answer_cancels_it(stream: bool) {
     let (up, proxy) = start().await;
     up.behaviour.set_latency(Duration::from_secs(8));
-    let client = send_and_wait_for_provider(&proxy, &up, &chat_body("fast", true)).await;
+    let client = send_and_wait_for_provider(&proxy, &up, &chat_body("fast", stream)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let left = leave(client);
     expect_provider_saw_close(&up, left).await;
     up.behaviour.set_latency(Duration::ZERO);
-    expect_accounted_and_serving(&proxy, true).await;
+    expect_accounted_and_serving(&proxy, stream).await;
     assert_eq!(
         candidate(&proxy).await["streaming"]["latency_ms"],
         Value::Null

@@ -141,18 +141,10 @@ async fn unknown_models_paths_and_methods() {
 
     let resp = post(&proxy, "/v1/audio/speech", chat_body("fast", false)).await;
     expect_error(resp, 404, None, Some("unknown_url"), "/v1/audio/speech").await;
-    let resp = client()
-        .get(proxy.url("/nothing/here"))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(&proxy, "/nothing/here").await;
     expect_error(resp, 404, None, Some("unknown_url"), "/nothing/here").await;
 
-    let resp = client()
-        .get(proxy.url("/v1/chat/completions"))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(&proxy, "/v1/chat/completions").await;
     expect_error(resp, 405, None, Some("method_not_allowed"), "GET").await;
     let resp = client()
         .delete(proxy.url("/v1/models"))
@@ -175,12 +167,7 @@ async fn connections_stay_usable_after_errors() {
             .await
             .unwrap();
         assert_eq!(resp.status(), 400);
-        let resp = c
-            .post(proxy.url("/v1/chat/completions"))
-            .body(chat_body("fast", false))
-            .send()
-            .await
-            .unwrap();
+        let resp = send_chat(&c, proxy.url("/v1/chat/completions"), false).await;
         assert_eq!(resp.status(), 200);
         resp.bytes().await.unwrap();
     }
@@ -190,14 +177,7 @@ async fn connections_stay_usable_after_errors() {
 #[tokio::test(flavor = "multi_thread")]
 async fn models_lists_aliases_in_openai_shape() {
     let (_sim, proxy) = setup().await;
-    let v: serde_json::Value = client()
-        .get(proxy.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: serde_json::Value = get(&proxy, "/v1/models").await.json().await.unwrap();
     assert_eq!(
         v,
         serde_json::json!({"object": "list", "data": [
@@ -206,14 +186,7 @@ async fn models_lists_aliases_in_openai_shape() {
         ]})
     );
     for path in ["/health", "/healthz"] {
-        let v: serde_json::Value = client()
-            .get(proxy.url(path))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: serde_json::Value = get(&proxy, path).await.json().await.unwrap();
         assert_eq!(v, serde_json::json!({"status": "ok"}));
     }
 }

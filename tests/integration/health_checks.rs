@@ -162,14 +162,7 @@ async fn a_provider_failing_its_health_check_gets_no_traffic_until_it_passes_aga
         .logs()
         .contains("provider b passes its health check (GET /health) again"));
     assert!(!proxy.logs().contains("sk-b"), "the key reached the logs");
-    let status = client()
-        .get(proxy.url("/status"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let status = get(&proxy, "/status").await.text().await.unwrap();
     assert!(!status.contains("sk-b"));
 }
 

@@ -9,13 +9,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 async fn setup(routing: &str) -> (SimProvider, Proxy) {
-    let sim = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"m\" }}]\n[routing]\n{routing}",
-        provider_toml("up", &sim, None)
-    );
-    let proxy = Proxy::start(&config).await;
-    (sim, proxy)
+    one_provider("m", None, &format!("[routing]\n{routing}")).await
 }
 
 /// A request head for a chat completion with a `Content-Length`.

@@ -34,13 +34,7 @@ fn patient_client() -> reqwest::Client {
 }
 
 async fn setup(routing: &str) -> (SimProvider, Proxy) {
-    let sim = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"m\" }}]\n[routing]\n{routing}",
-        provider_toml("up", &sim, None)
-    );
-    let proxy = Proxy::start(&config).await;
-    (sim, proxy)
+    one_provider("m", None, &format!("[routing]\n{routing}")).await
 }
 
 /// Upload `i` of the flood: a chat body of `size` bytes whose content starts with its number.
@@ -226,13 +220,7 @@ async fn huge_and_endless_answers_do_not_grow_memory() {
     let started = Instant::now();
     let client = patient_client();
     let url = proxy.url("/v1/chat/completions");
-    let resp = client
-        .post(&url)
-        .body(chat_body("fast", false))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = chat_ok(&client, &url, false).await;
     assert_eq!(resp.content_length(), Some(HUGE));
     let mut total = 0u64;
     let mut body = resp.bytes_stream();
@@ -245,13 +233,7 @@ async fn huge_and_endless_answers_do_not_grow_memory() {
 
     // An endless stream read slowly: sturnus must wait for the reader, not buffer.
     sim.behaviour.set_fault(Fault::EndlessStream);
-    let resp = client
-        .post(&url)
-        .body(chat_body("fast", true))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = chat_ok(&client, &url, true).await;
     let started = Instant::now();
     let mut body = resp.bytes_stream();
     let slow = read_slowly(&mut body, Duration::from_secs(2), Duration::from_millis(10)).await;

@@ -70,21 +70,6 @@ async fn scrape(url: &str) -> (String, Exposition) {
     (ct, parsed)
 }
 
-/// Scrapes until nothing is in flight any more (every request's accounting is done).
-async fn settled(proxy: &Proxy) -> Exposition {
-    for _ in 0..400 {
-        let (_, m) = scrape(&proxy.url("/metrics")).await;
-        if m.series("sturnus_inflight_requests")
-            .iter()
-            .all(|s| s.value == 0.0)
-        {
-            return m;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("requests still in flight");
-}
-
 fn cand(alias: &str, provider: &str, model: &str) -> Vec<(&'static str, String)> {
     vec![
         ("alias", alias.to_string()),
@@ -180,7 +165,7 @@ async fn metrics_count_known_traffic_exactly() {
     let r = post(&proxy, "/v1/chat/completions", "{not json").await;
     assert_eq!(r.status(), 400);
 
-    let m = settled(&proxy).await;
+    let m = proxy.settled_metrics().await;
 
     // Exactly the nine families, with their types.
     let types: BTreeMap<&str, &str> = m
@@ -354,7 +339,7 @@ async fn inflight_gauge_and_status_follow_a_request_until_it_ends() {
     let (code, len) = pending.await.unwrap();
     assert_eq!(code, 200);
     assert!(len > 0);
-    let m = settled(&proxy).await;
+    let m = proxy.settled_metrics().await;
     assert_eq!(m.value("sturnus_inflight_requests", &labels), Some(0.0));
     assert_eq!(
         m.value(
@@ -536,14 +521,8 @@ async fn every_answer_carries_x_request_id() {
         (chat(&proxy, "down", false, &[]).await, 502),
         (post(&proxy, "/v1/chat/completions", "{").await, 400),
         (post(&proxy, "/v2/elsewhere", "{}").await, 404),
-        (
-            client().get(proxy.url("/health")).send().await.unwrap(),
-            200,
-        ),
-        (
-            client().get(proxy.url("/metrics")).send().await.unwrap(),
-            200,
-        ),
+        (get(&proxy, "/health").await, 200),
+        (get(&proxy, "/metrics").await, 200),
     ];
     for (r, status) in answers {
         assert_eq!(r.status(), status);
@@ -643,7 +622,7 @@ async fn logs_are_json_lines_with_access_fields_and_never_a_key() {
         let len = r.bytes().await.unwrap().len();
         expected.push((id, model, stream, status, outcome, len));
     }
-    let status = client().get(proxy.url("/status")).send().await.unwrap();
+    let status = get(&proxy, "/status").await;
     let status_text = status.text().await.unwrap();
     let metrics_text = proxy.metrics_text().await;
 
@@ -782,7 +761,7 @@ async fn status_shows_weights_last_errors_and_totals_in_config_order() {
         .unwrap()
         .as_millis() as u64;
     assert_eq!(chat(&proxy, "alpha", true, &[]).await.status(), 502);
-    settled(&proxy).await;
+    proxy.settled_metrics().await;
 
     let s = proxy.status().await;
     assert!(!s.to_string().contains("SECRET"));
@@ -909,7 +888,7 @@ async fn metrics_listen_serves_only_the_four_paths_and_never_proxies() {
     // The same requests on the proxy listener do reach the provider.
     assert_eq!(chat(&proxy, "fast", false, &[]).await.status(), 200);
     assert_eq!(sim.request_count(), 1);
-    settled(&proxy).await;
+    proxy.settled_metrics().await;
     let (_, m) = scrape(&format!("{base}/metrics")).await;
     assert_eq!(
         m.value(

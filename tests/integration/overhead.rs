@@ -11,21 +11,6 @@ use std::time::Duration;
 /// The simulated provider's delay before its response header.
 const DELAY: Duration = Duration::from_millis(200);
 
-/// Scrapes `/metrics` once nothing is in flight any more (every request's accounting is done).
-async fn settled(proxy: &Proxy) -> Exposition {
-    for _ in 0..400 {
-        let m = proxy.metrics().await;
-        if m.series("sturnus_inflight_requests")
-            .iter()
-            .all(|s| s.value == 0.0)
-        {
-            return m;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("requests still in flight");
-}
-
 /// `(count, sum)` of the overhead histogram for one alias and stream mode.
 fn overhead(m: &Exposition, alias: &str, stream: &str) -> (f64, f64) {
     let labels = [("alias", alias), ("stream", stream)];
@@ -61,7 +46,7 @@ fn patient_client() -> reqwest::Client {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_answered_request_is_observed_once_far_below_the_providers_time() {
     let (_sim, proxy) = setup().await;
-    let before = settled(&proxy).await;
+    let before = proxy.settled_metrics().await;
     for (alias, stream) in [("fast", "false"), ("fast", "true"), ("idle", "false")] {
         assert_eq!(overhead(&before, alias, stream), (0.0, 0.0), "pre-created");
     }
@@ -81,7 +66,7 @@ async fn every_answered_request_is_observed_once_far_below_the_providers_time() 
         assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
     }
 
-    let m = settled(&proxy).await;
+    let m = proxy.settled_metrics().await;
     let (plain_count, plain_sum) = overhead(&m, "fast", "false");
     let (stream_count, stream_sum) = overhead(&m, "fast", "true");
     eprintln!(
@@ -112,13 +97,7 @@ async fn a_slow_reading_client_does_not_raise_the_overhead() {
     // A stream without end, read a little at a time for well over the provider's delay (the
     // socket buffers fill and sturnus's writes wait for the reader), then left.
     sim.behaviour.set_fault(Fault::EndlessStream);
-    let resp = client
-        .post(&url)
-        .body(chat_body("fast", true))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = chat_ok(&client, &url, true).await;
     let mut body = resp.bytes_stream();
     let read = read_slowly(&mut body, 5 * DELAY, Duration::from_millis(20)).await;
     drop(body);
@@ -127,13 +106,7 @@ async fn a_slow_reading_client_does_not_raise_the_overhead() {
     // A large answer in one piece, read slowly the same way, then to its end.
     const HUGE: u64 = 64 << 20;
     sim.behaviour.set_fault(Fault::HugeBody(HUGE));
-    let resp = client
-        .post(&url)
-        .body(chat_body("fast", false))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = chat_ok(&client, &url, false).await;
     let mut body = resp.bytes_stream();
     let mut total = read_slowly(&mut body, 5 * DELAY, Duration::from_millis(20)).await;
     assert!(
@@ -145,7 +118,7 @@ async fn a_slow_reading_client_does_not_raise_the_overhead() {
     }
     assert_eq!(total, HUGE);
 
-    let m = settled(&proxy).await;
+    let m = proxy.settled_metrics().await;
     let (stream_count, stream_sum) = overhead(&m, "fast", "true");
     let (plain_count, plain_sum) = overhead(&m, "fast", "false");
     eprintln!(

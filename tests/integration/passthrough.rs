@@ -8,13 +8,7 @@ use futures_util::StreamExt;
 use std::time::{Duration, Instant};
 
 async fn one_candidate(key: Option<&str>) -> (SimProvider, Proxy) {
-    let sim = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"real-model\" }}]\n",
-        provider_toml("up", &sim, key)
-    );
-    let proxy = Proxy::start(&config).await;
-    (sim, proxy)
+    one_provider("real-model", key, "").await
 }
 
 /// `body` with the first `"model": "fast"` value replaced by `real-model`.
@@ -41,17 +35,6 @@ async fn only_the_model_bytes_change() {
     assert_eq!(got.path, "/v1/chat/completions");
 }
 
-/// A JSON body of exactly `size` bytes whose model is `fast`.
-fn body_of_size(size: usize) -> String {
-    let head = "{\"model\":\"fast\",\"messages\":[{\"role\":\"user\",\"content\":\"";
-    let tail = "\"}]}";
-    let pad = size - head.len() - tail.len();
-    let filler: String = "lorem ipsum ".chars().cycle().take(pad).collect();
-    let body = format!("{head}{filler}{tail}");
-    assert_eq!(body.len(), size);
-    body
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn bodies_on_both_sides_of_the_one_buffer_limit_arrive_exactly() {
     let (sim, proxy) = one_candidate(Some("sk-size")).await;
@@ -63,7 +46,7 @@ async fn bodies_on_both_sides_of_the_one_buffer_limit_arrive_exactly() {
         5 * 1024 * 1024,
     ] {
         sim.clear_requests();
-        let body = body_of_size(size);
+        let body = chat_of_size("fast", size);
         let resp = post(&proxy, "/v1/chat/completions", body.clone()).await;
         assert_eq!(resp.status(), 200, "size {size}");
         assert_eq!(resp.headers()["x-session-affinity"], "up/real-model");
@@ -89,7 +72,7 @@ async fn chunked_uploads_are_read_whole_and_sent_with_a_length() {
     let (sim, proxy) = one_candidate(None).await;
     for total in [3_000usize, 200_000] {
         sim.clear_requests();
-        let body = body_of_size(total);
+        let body = chat_of_size("fast", total);
         let resp = post_chunked(&proxy, &body, 997).await;
         assert_eq!(resp.status(), 200);
         let got = sim.requests().pop().unwrap();
@@ -105,7 +88,7 @@ async fn chunked_uploads_are_read_whole_and_sent_with_a_length() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_credentials_stay_home_and_other_headers_pass() {
     let (sim, proxy) = one_candidate(Some("sk-provider-key")).await;
-    for body in [chat_body("fast", false), body_of_size(100 * 1024)] {
+    for body in [chat_body("fast", false), chat_of_size("fast", 100 * 1024)] {
         sim.clear_requests();
         let resp = client()
             .post(proxy.url("/v1/chat/completions?trace=1&x=y"))
@@ -357,7 +340,7 @@ async fn a_dripped_non_streaming_answer_arrives_intact() {
     let (sim, proxy) = one_candidate(None).await;
     sim.behaviour
         .set_fault(Fault::SlowDrip(Duration::from_millis(60)));
-    for body in [chat_body("fast", false), body_of_size(80 * 1024)] {
+    for body in [chat_body("fast", false), chat_of_size("fast", 80 * 1024)] {
         let resp = post(&proxy, "/v1/chat/completions", body).await;
         assert_eq!(resp.status(), 200);
         let length: usize = resp.headers()["content-length"]

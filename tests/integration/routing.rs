@@ -31,16 +31,8 @@ async fn drive(proxy: &Proxy, n: usize, workers: usize, stream: bool) -> Vec<Str
             let c = client();
             let mut served = Vec::with_capacity(per_worker);
             for _ in 0..per_worker {
-                let resp = c
-                    .post(url.as_str())
-                    .body(chat_body("fast", stream))
-                    .send()
-                    .await
-                    .unwrap();
-                let provider = resp.headers()["x-sturnus-provider"]
-                    .to_str()
-                    .unwrap()
-                    .to_string();
+                let resp = send_chat(&c, url.as_str(), stream).await;
+                let provider = served_by(&resp);
                 let affinity = resp.headers()["x-session-affinity"].to_str().unwrap();
                 assert_eq!(affinity, format!("{provider}/m{provider}"));
                 resp.bytes().await.unwrap();
@@ -140,12 +132,7 @@ async fn a_failing_candidate_is_deprioritised_and_its_errors_reach_the_client() 
     let mut from_a = 0;
     let mut last_half_a = 0;
     for i in 0..200 {
-        let resp = c
-            .post(proxy.url("/v1/chat/completions"))
-            .body(chat_body("fast", false))
-            .send()
-            .await
-            .unwrap();
+        let resp = send_chat(&c, proxy.url("/v1/chat/completions"), false).await;
         if resp.headers()["x-sturnus-provider"] == "a" {
             from_a += 1;
             if i >= 100 {
@@ -298,16 +285,8 @@ async fn retry_after_on_429_keeps_traffic_off_the_candidate_until_then() {
     a.behaviour.set_fault(Fault::Status(429));
     let c = client();
     let send = || async {
-        let resp = c
-            .post(proxy.url("/v1/chat/completions"))
-            .body(chat_body("fast", false))
-            .send()
-            .await
-            .unwrap();
-        let provider = resp.headers()["x-sturnus-provider"]
-            .to_str()
-            .unwrap()
-            .to_string();
+        let resp = send_chat(&c, proxy.url("/v1/chat/completions"), false).await;
+        let provider = served_by(&resp);
         let retry_after = resp.headers().get("retry-after").cloned();
         resp.bytes().await.unwrap();
         (provider, retry_after)

@@ -67,32 +67,16 @@ async fn sigterm_drains_an_in_flight_stream_while_health_says_shutting_down_then
     // Ten chunks 300 ms apart: the stream is still running well after SIGTERM.
     let (_sim, mut proxy, metrics) = streaming_setup(10, Duration::from_millis(300), &[]).await;
     let (resp, first) = stream_in_flight(&proxy).await;
-    assert_eq!(
-        client()
-            .get(format!("{metrics}/health"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(get_url(format!("{metrics}/health")).await.status(), 200);
 
     proxy.signal(Signal::SIGTERM);
 
     // The metrics listener keeps answering: readiness 503, liveness and metrics still 200.
     let health = wait_for_status(&format!("{metrics}/health"), 503).await;
     assert_eq!(health, serde_json::json!({"status": "shutting_down"}));
-    let healthz = client()
-        .get(format!("{metrics}/healthz"))
-        .send()
-        .await
-        .unwrap();
+    let healthz = get_url(format!("{metrics}/healthz")).await;
     assert_eq!(healthz.status(), 200);
-    let scrape = client()
-        .get(format!("{metrics}/metrics"))
-        .send()
-        .await
-        .unwrap();
+    let scrape = get_url(format!("{metrics}/metrics")).await;
     assert_eq!(scrape.status(), 200);
     assert!(scrape
         .text()

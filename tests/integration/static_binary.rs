@@ -76,17 +76,13 @@ async fn in_an_empty_environment_it_serves_health_and_proxies() {
         provider_toml("plain", &sim, None)
     );
     let proxy = start_bare(&config, &[], &[]).await;
-    let health = client().get(proxy.url("/health")).send().await.unwrap();
+    let health = get(&proxy, "/health").await;
     assert_eq!(health.status(), 200);
     assert_eq!(health.text().await.unwrap(), r#"{"status":"ok"}"#);
     let resp = post(&proxy, "/v1/chat/completions", chat_body("fast", true)).await;
     assert_eq!(resp.status(), 200);
     assert!(resp.text().await.unwrap().contains("data: [DONE]"));
-    let scrape = client()
-        .get(format!("http://{metrics}/metrics"))
-        .send()
-        .await
-        .unwrap();
+    let scrape = get_url(format!("http://{metrics}/metrics")).await;
     assert_eq!(scrape.status(), 200);
     // The healthcheck subcommand works there too (what a HEALTHCHECK or exec probe runs).
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sturnus"))
@@ -140,7 +136,7 @@ async fn https_to_a_private_ca_fails_cleanly_without_ssl_cert_file() {
     assert_eq!(err["code"], "upstream_tls_error", "{err}");
     assert_eq!(sim.request_count(), 0);
     // Still serving, no panic.
-    let health = client().get(proxy.url("/health")).send().await.unwrap();
+    let health = get(&proxy, "/health").await;
     assert_eq!(health.status(), 200);
     assert!(!proxy.logs().contains("panicked"), "{}", proxy.logs());
 }

@@ -298,19 +298,12 @@ async fn an_upgrade_with_a_new_metrics_listener_config_serves_it_from_the_new_pr
     let status = old.wait_exit(Duration::from_secs(30)).await;
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", old.logs());
     // The metrics socket moved too: the new process answers on it, healthy.
-    let v: Value = client()
-        .get(format!("http://{metrics}/status"))
-        .send()
+    let v: Value = get_url(format!("http://{metrics}/status"))
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
     assert_eq!(v["pid"], new.pid());
-    let health = client()
-        .get(format!("http://{metrics}/health"))
-        .send()
-        .await
-        .unwrap();
+    let health = get_url(format!("http://{metrics}/health")).await;
     assert_eq!(health.status(), 200);
 }

@@ -70,6 +70,57 @@ pub fn provider_toml(name: &str, sim: &SimProvider, key: Option<&str>) -> String
     s
 }
 
+/// A simulated provider `up` (with an optional API key) as alias `fast`'s one candidate, model
+/// `model`, and sturnus in front; `extra` is appended to the config (e.g. a `[routing]` table).
+pub async fn one_provider(model: &str, key: Option<&str>, extra: &str) -> (SimProvider, Proxy) {
+    let sim = SimProvider::start("up").await.unwrap();
+    let config = format!(
+        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"{model}\" }}]\n{extra}",
+        provider_toml("up", &sim, key)
+    );
+    let proxy = Proxy::start(&config).await;
+    (sim, proxy)
+}
+
+/// GETs `path` from sturnus's proxy listener.
+pub async fn get(proxy: &Proxy, path: &str) -> reqwest::Response {
+    get_url(proxy.url(path)).await
+}
+
+/// GETs `url` with the tests' [`client`].
+pub async fn get_url(url: impl reqwest::IntoUrl) -> reqwest::Response {
+    client().get(url).send().await.unwrap()
+}
+
+/// POSTs a chat for alias `fast` to `url` with `client`.
+pub async fn send_chat(
+    client: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+    stream: bool,
+) -> reqwest::Response {
+    client
+        .post(url)
+        .body(chat_body("fast", stream))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// [`send_chat`], checking the answer is 200.
+pub async fn chat_ok(client: &reqwest::Client, url: &str, stream: bool) -> reqwest::Response {
+    let resp = send_chat(client, url, stream).await;
+    assert_eq!(resp.status(), 200);
+    resp
+}
+
+/// The provider that served `resp` (its `x-sturnus-provider` header).
+pub fn served_by(resp: &reqwest::Response) -> String {
+    resp.headers()["x-sturnus-provider"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
 /// How to launch sturnus beyond its config.
 #[derive(Default, Clone, Copy)]
 pub struct Launch<'a> {
@@ -276,6 +327,22 @@ impl Proxy {
     pub async fn metrics(&self) -> exposition::Exposition {
         let text = self.metrics_text().await;
         exposition::Exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    /// Scrapes `/metrics` once nothing is in flight any more (every request's accounting is
+    /// done).
+    pub async fn settled_metrics(&self) -> exposition::Exposition {
+        for _ in 0..400 {
+            let m = self.metrics().await;
+            if m.series("sturnus_inflight_requests")
+                .iter()
+                .all(|s| s.value == 0.0)
+            {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("requests still in flight");
     }
 }
 
