@@ -3,24 +3,27 @@
 //! Clients ask for a model alias; sturnus sends each request to whichever interchangeable
 //! (provider, model) candidate is fastest and healthy right now, rewriting only the `model`
 //! value of the body. See `README.md` for the product and `docs/` for depth.
+//!
+//! Public are the modules the binary, the tests, the benchmarks and the fuzz targets use, and
+//! those the public modules' documentation refers to; the rest are crate-private.
 
-pub mod admin;
-pub mod api;
+pub(crate) mod admin;
+pub(crate) mod api;
 pub mod app;
 pub mod body;
-pub mod budget;
+pub(crate) mod budget;
 pub mod catalog;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod container;
+pub(crate) mod container;
 #[cfg(feature = "tooling")]
-pub mod demo;
-pub mod healthcheck;
+pub(crate) mod demo;
+pub(crate) mod healthcheck;
 pub mod lifecycle;
-pub mod metrics_listener;
+pub(crate) mod metrics_listener;
 pub mod observe;
-pub mod providers;
+pub(crate) mod providers;
 pub mod proxy;
 pub mod routing;
 pub mod server;

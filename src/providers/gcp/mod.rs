@@ -19,7 +19,7 @@ pub mod token;
 
 use crate::providers::credential::{Credential, CredentialError, Pending};
 use adc::Source;
-pub use error::{DiscoveryError, FetchError, TokenError};
+pub use error::{DiscoveryError, FetchError};
 use std::sync::Arc;
 use std::time::Instant;
 use token::TokenCell;
