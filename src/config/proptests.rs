@@ -269,14 +269,7 @@ fn table_of(
 
 /// A `[provider.NAME]` table (or occasionally something that is not a table).
 fn provider_value() -> impl Strategy<Value = toml::Value> {
-    const KEYS: &[&str] = &[
-        "base_url",
-        "api_key",
-        "azure_openai",
-        "google_ai",
-        "anthropic",
-        "vertex_ai",
-    ];
+    const KEYS: &[&str] = super::provider::KEYS;
     const KIND_KEYS: &[&str] = &[
         "resource_name",
         "api_version",

@@ -8,7 +8,7 @@ use super::secret::Secret;
 use toml::{Table, Value};
 
 /// Every key a `[provider.NAME]` table accepts.
-const KEYS: &[&str] = &[
+pub(super) const KEYS: &[&str] = &[
     "base_url",
     "api_key",
     "azure_openai",

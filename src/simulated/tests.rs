@@ -171,6 +171,20 @@ impl Client {
         self.send(raw).await;
         self.response().await.expect("complete response")
     }
+
+    /// A plain chat completion request ([`CHAT`]) and its response.
+    async fn chat(&mut self) -> Response {
+        self.request(&post("/v1/chat/completions", CHAT, "")).await
+    }
+}
+
+/// A provider with `fault` set, and a client that has sent it a chat request.
+async fn chat_sent_with(fault: Fault) -> (SimProvider, Client) {
+    let p = start("f").await;
+    p.behaviour.set_fault(fault);
+    let mut c = Client::connect(p.addr).await;
+    c.send(&post("/v1/chat/completions", CHAT, "")).await;
+    (p, c)
 }
 
 /// A POST with a Content-Length body and extra header lines (each ending in CRLF).
@@ -194,7 +208,7 @@ async fn start(name: &str) -> SimProvider {
 async fn non_streaming_chat_has_openai_shape() {
     let p = start("fast").await;
     let mut c = Client::connect(p.addr).await;
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.header("x-sim-provider"), Some("fast"));
@@ -332,8 +346,8 @@ async fn chunked_request_bodies_are_decoded() {
 async fn keep_alive_serves_several_requests_and_connection_close_is_honoured() {
     let p = start("k").await;
     let mut c = Client::connect(p.addr).await;
-    let a = c.request(&post("/v1/chat/completions", CHAT, "")).await;
-    let b = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let a = c.chat().await;
+    let b = c.chat().await;
     assert_eq!(a.json()["id"], "chatcmpl-sim-1");
     assert_eq!(b.json()["id"], "chatcmpl-sim-2");
     assert_eq!(a.header("connection"), None);
@@ -394,7 +408,7 @@ async fn failure_every_fails_deterministically_with_openai_errors() {
     let mut c = Client::connect(p.addr).await;
     let mut statuses = Vec::new();
     for _ in 0..6 {
-        let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+        let r = c.chat().await;
         if r.status == 503 {
             let v = r.json();
             assert_eq!(v["error"]["message"], "simulated failure");
@@ -406,18 +420,18 @@ async fn failure_every_fails_deterministically_with_openai_errors() {
     assert_eq!(statuses, [200, 200, 503, 200, 200, 503]);
 
     p.behaviour.set_failure_every(1, 429);
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(r.json()["error"]["type"], "rate_limit_error");
 
     p.behaviour.set_failure_every(1, 401);
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
 
     p.behaviour.set_failure_every(0, 0);
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.status, 200);
 }
 
@@ -444,7 +458,7 @@ async fn requests_are_recorded_with_headers_query_and_body() {
     assert_eq!(r.json().expect("json")["model"], "gpt-4o-mini");
 
     p.set_recording(false);
-    c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    c.chat().await;
     assert_eq!(p.requests().len(), 1);
     assert_eq!(p.request_count(), 2);
     p.clear_requests();
@@ -455,7 +469,7 @@ async fn requests_are_recorded_with_headers_query_and_body() {
 async fn shutdown_refuses_new_connections_and_drops_open_ones() {
     let p = start("down").await;
     let mut open = Client::connect(p.addr).await;
-    open.request(&post("/v1/chat/completions", CHAT, "")).await;
+    open.chat().await;
     p.shutdown();
     assert!(p.is_shut_down());
     let connect = timeout(WAIT, TcpStream::connect(p.addr))
@@ -570,12 +584,7 @@ async fn unknown_paths_bad_methods_and_bad_json_get_openai_errors() {
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
     // The connection survives all of that.
-    assert_eq!(
-        c.request(&post("/v1/chat/completions", CHAT, ""))
-            .await
-            .status,
-        200
-    );
+    assert_eq!(c.chat().await.status, 200);
 }
 
 #[tokio::test]
@@ -627,22 +636,19 @@ async fn latency_delays_the_response() {
     p.behaviour.set_latency(Duration::from_millis(150));
     let mut c = Client::connect(p.addr).await;
     let t = Instant::now();
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.status, 200);
     assert!(t.elapsed() >= Duration::from_millis(150));
 }
 
 #[tokio::test]
 async fn fault_refuse_connections_closes_without_answering() {
-    let p = start("f").await;
-    p.behaviour.set_fault(Fault::RefuseConnections);
-    let mut c = Client::connect(p.addr).await;
-    c.send(&post("/v1/chat/completions", CHAT, "")).await;
+    let (p, mut c) = chat_sent_with(Fault::RefuseConnections).await;
     assert!(c.read_to_end().await.is_empty());
     // Also on a connection opened before the fault was set.
     p.behaviour.set_fault(Fault::None);
     let mut c = Client::connect(p.addr).await;
-    c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    c.chat().await;
     p.behaviour.set_fault(Fault::RefuseConnections);
     c.send(&post("/v1/chat/completions", CHAT, "")).await;
     assert!(c.read_to_end().await.is_empty());
@@ -650,10 +656,7 @@ async fn fault_refuse_connections_closes_without_answering() {
 
 #[tokio::test]
 async fn fault_never_answer_holds_the_socket_silently() {
-    let p = start("f").await;
-    p.behaviour.set_fault(Fault::NeverAnswer);
-    let mut c = Client::connect(p.addr).await;
-    c.send(&post("/v1/chat/completions", CHAT, "")).await;
+    let (p, mut c) = chat_sent_with(Fault::NeverAnswer).await;
     let mut byte = [0u8; 1];
     let read = timeout(Duration::from_millis(300), c.stream.read(&mut byte)).await;
     assert!(read.is_err(), "expected silence, got {read:?}");
@@ -665,19 +668,13 @@ async fn fault_never_answer_holds_the_socket_silently() {
 
 #[tokio::test]
 async fn fault_close_during_headers_sends_half_a_status_line() {
-    let p = start("f").await;
-    p.behaviour.set_fault(Fault::CloseDuringHeaders);
-    let mut c = Client::connect(p.addr).await;
-    c.send(&post("/v1/chat/completions", CHAT, "")).await;
+    let (_p, mut c) = chat_sent_with(Fault::CloseDuringHeaders).await;
     assert_eq!(c.read_to_end().await, b"HTTP/1.1 20");
 }
 
 #[tokio::test]
 async fn fault_garbage_is_not_http() {
-    let p = start("f").await;
-    p.behaviour.set_fault(Fault::Garbage);
-    let mut c = Client::connect(p.addr).await;
-    c.send(&post("/v1/chat/completions", CHAT, "")).await;
+    let (_p, mut c) = chat_sent_with(Fault::Garbage).await;
     let bytes = c.read_to_end().await;
     assert!(!bytes.is_empty());
     let mut hs = [httparse::EMPTY_HEADER; 8];
@@ -704,14 +701,14 @@ async fn fault_huge_body_sends_exactly_that_many_bytes_of_json() {
     let p = start("f").await;
     p.behaviour.set_fault(Fault::HugeBody(200_003));
     let mut c = Client::connect(p.addr).await;
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-length"), Some("200003"));
     assert_eq!(r.body.len(), 200_003);
     assert_eq!(r.json(), serde_json::json!({}));
     // Keep-alive still works after it.
     p.behaviour.set_fault(Fault::None);
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.json()["object"], "chat.completion");
 }
 
@@ -754,7 +751,7 @@ async fn fault_slow_drip_paces_chunks() {
     assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
     // Non-streaming bodies drip too and still parse.
     let t = Instant::now();
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert!(t.elapsed() >= pace * 2);
     assert_eq!(r.json()["object"], "chat.completion");
 }
@@ -765,17 +762,12 @@ async fn fault_status_always_answers_that_status() {
     p.behaviour.set_fault(Fault::Status(502));
     let mut c = Client::connect(p.addr).await;
     for _ in 0..2 {
-        let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+        let r = c.chat().await;
         assert_eq!(r.status, 502);
         assert_eq!(r.json()["error"]["type"], "server_error");
     }
     p.behaviour.set_fault(Fault::None);
-    assert_eq!(
-        c.request(&post("/v1/chat/completions", CHAT, ""))
-            .await
-            .status,
-        200
-    );
+    assert_eq!(c.chat().await.status, 200);
 }
 
 #[tokio::test]
@@ -807,12 +799,12 @@ async fn fault_drop_reused_answers_each_connection_once_then_closes_it_silently(
     let p = start("f").await;
     p.behaviour.set_fault(Fault::DropReused);
     let mut c = Client::connect(p.addr).await;
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.json()["object"], "chat.completion");
     c.send(&post("/v1/chat/completions", CHAT, "")).await;
     assert_eq!(c.fill().await, 0, "the second request got an answer");
     let mut fresh = Client::connect(p.addr).await;
-    let r = fresh.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = fresh.chat().await;
     assert_eq!(r.json()["object"], "chat.completion");
 }
 
@@ -829,7 +821,7 @@ async fn the_health_endpoint_answers_its_set_status_and_follows_faults() {
     assert_eq!(r.status, 503);
     assert_eq!(r.json()["error"]["type"], "server_error");
     // The API itself still answers: only the health endpoint fails.
-    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    let r = c.chat().await;
     assert_eq!(r.status, 200);
     p.behaviour.set_health_status(200);
     p.behaviour.set_fault(Fault::Status(500));
