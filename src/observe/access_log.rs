@@ -1,11 +1,13 @@
 //! The access log: one structured line per request, logged under the target `sturnus::access`.
 //!
-//! The fields are top-level JSON fields next to `timestamp` and `level`: built directly into the
-//! line when the logger writes JSON, else passed as `log` key-values (the readable format). Only ids, names from the config, numbers and the path are logged:
-//! never a header value, a query string, a key or any request or response content.
+//! The fields are top-level JSON fields next to `timestamp` and `level`, in the order
+//! [`AccessRecord`] declares them: serialized straight into the line when the logger writes
+//! JSON, else shown as ` key=value` text (the readable format). Only ids, names from the config,
+//! numbers and the path are logged: never a header value, a query string, a key or any request
+//! or response content.
 
-use super::logger::JsonLine;
-use crate::json_key;
+use super::logger::{JsonLine, Number};
+use serde::{Serialize, Serializer};
 
 /// The log target of access lines (filter them with `RUST_LOG=sturnus::access=off`).
 pub const TARGET: &str = "sturnus::access";
@@ -13,8 +15,10 @@ pub const TARGET: &str = "sturnus::access";
 /// The message of every access line.
 pub const MESSAGE: &str = "access";
 
-/// How a request ended, as the access log and the routing statistics see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a request ended, as the access log and the routing statistics see it; serialized as the
+/// `outcome` field value (`success`, `failure`, `client_error`, `client_closed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// A 2xx (or other non-failure) answer.
     Success,
@@ -27,20 +31,8 @@ pub enum Verdict {
     ClientClosed,
 }
 
-impl Verdict {
-    /// The `outcome` field value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Success => "success",
-            Verdict::Failure => "failure",
-            Verdict::ClientError => "client_error",
-            Verdict::ClientClosed => "client_closed",
-        }
-    }
-}
-
-/// Everything one access line says about a request.
-#[derive(Debug, Clone, PartialEq)]
+/// Everything one access line says about a request: its fields, in this order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AccessRecord<'a> {
     /// The request's id (also sent as `x-request-id`).
     pub request_id: &'a str,
@@ -69,8 +61,10 @@ pub struct AccessRecord<'a> {
     /// The transport-failure kind, when there was one.
     pub error_kind: Option<&'static str>,
     /// Time from sending upstream to the first response chunk, in ms.
+    #[serde(serialize_with = "optional_millis")]
     pub ttfc_ms: Option<f64>,
     /// Time from receiving the request to finishing it, in ms.
+    #[serde(serialize_with = "millis_number")]
     pub duration_ms: f64,
     /// Request body bytes read from the client.
     pub request_bytes: u64,
@@ -85,65 +79,46 @@ pub fn millis(seconds: f64) -> f64 {
     (seconds * 1e6).round() / 1e3
 }
 
+/// A millisecond field as its shortest decimal (`20`, `12.345`).
+fn millis_number<S: Serializer>(ms: &f64, s: S) -> Result<S::Ok, S::Error> {
+    Number(*ms).serialize(s)
+}
+
+/// [`millis_number`], or `null` when absent.
+fn optional_millis<S: Serializer>(ms: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    ms.map(Number).serialize(s)
+}
+
 impl AccessRecord<'_> {
-    /// Writes the line at info level under [`TARGET`]: built directly when the logger writes
-    /// JSON (once per request, the `log` key-value path costs too much), else through `log`.
+    /// Writes the line at info level under [`TARGET`]: serialized straight into the log sink
+    /// when the logger writes JSON (once per request, `log`'s key-value path costs too much),
+    /// else through `log` as readable text.
     pub fn log(&self) {
         if !log::log_enabled!(target: TARGET, log::Level::Info) {
             return;
         }
         if super::logger::writes_json() {
-            self.json_line().write(true);
+            let now = super::timestamp::now();
+            self.json_line(now.as_str()).write(true);
             return;
         }
-        log::info!(
-            target: TARGET,
-            request_id = self.request_id,
-            trace_id = self.trace_id,
-            span_id = self.span_id,
-            parent_span_id = self.parent_span_id,
-            method = self.method,
-            path = self.path,
-            alias = self.alias,
-            provider = self.provider,
-            model = self.model,
-            stream = self.stream,
-            status = self.status,
-            outcome = self.outcome.as_str(),
-            error_kind = self.error_kind,
-            ttfc_ms = self.ttfc_ms,
-            duration_ms = self.duration_ms,
-            request_bytes = self.request_bytes,
-            response_bytes = self.response_bytes,
-            upstream_request_id = self.upstream_request_id;
-            "{MESSAGE}"
-        );
+        log::info!(target: TARGET, "{MESSAGE}{}", super::logger::pretty_fields(self));
     }
-}
 
-impl AccessRecord<'_> {
-    /// The JSON line: the same fields, in the same order, as the `log` record carries.
-    fn json_line(&self) -> JsonLine {
-        let mut line = JsonLine::new(log::Level::Info, TARGET, MESSAGE);
-        line.str(json_key!("request_id"), Some(self.request_id))
-            .str(json_key!("trace_id"), Some(self.trace_id))
-            .str(json_key!("span_id"), Some(self.span_id))
-            .str(json_key!("parent_span_id"), self.parent_span_id)
-            .str(json_key!("method"), Some(self.method))
-            .str(json_key!("path"), Some(self.path))
-            .str(json_key!("alias"), self.alias)
-            .str(json_key!("provider"), self.provider)
-            .str(json_key!("model"), self.model)
-            .bool(json_key!("stream"), self.stream)
-            .u64(json_key!("status"), self.status.map(u64::from))
-            .str(json_key!("outcome"), Some(self.outcome.as_str()))
-            .str(json_key!("error_kind"), self.error_kind)
-            .millis(json_key!("ttfc_ms"), self.ttfc_ms)
-            .millis(json_key!("duration_ms"), Some(self.duration_ms))
-            .u64(json_key!("request_bytes"), Some(self.request_bytes))
-            .u64(json_key!("response_bytes"), Some(self.response_bytes))
-            .str(json_key!("upstream_request_id"), self.upstream_request_id);
-        line
+    /// The JSON line without its newline, stamped now, as [`AccessRecord::log`] writes it.
+    pub fn to_json_line(&self) -> Vec<u8> {
+        let now = super::timestamp::now();
+        self.json_line(now.as_str()).to_bytes()
+    }
+
+    fn json_line<'a>(&'a self, timestamp: &'a str) -> JsonLine<'a, &'a Self> {
+        JsonLine {
+            timestamp,
+            level: log::Level::Info,
+            target: TARGET,
+            message: MESSAGE,
+            fields: self,
+        }
     }
 }
 
@@ -176,7 +151,7 @@ mod tests {
 
     #[test]
     fn the_json_line_has_every_field_in_order_with_its_json_type() {
-        let line = record(true).json_line().finish();
+        let line = String::from_utf8(record(true).to_json_line()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         let ts = v["timestamp"].as_str().unwrap();
         assert!(
@@ -220,7 +195,7 @@ mod tests {
         let at = |key: &str| line.find(&format!("\"{key}\":")).unwrap();
         assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{line}");
         assert_eq!(v.as_object().unwrap().len(), order.len());
-        let unrouted = record(false).json_line().finish();
+        let unrouted = String::from_utf8(record(false).to_json_line()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&unrouted).unwrap();
         for field in [
             "parent_span_id",
@@ -242,8 +217,66 @@ mod tests {
 
     #[test]
     fn verdicts_have_their_field_values() {
-        assert_eq!(Verdict::Success.as_str(), "success");
-        assert_eq!(Verdict::Failure.as_str(), "failure");
-        assert_eq!(Verdict::ClientError.as_str(), "client_error");
+        for (verdict, value) in [
+            (Verdict::Success, "success"),
+            (Verdict::Failure, "failure"),
+            (Verdict::ClientError, "client_error"),
+            (Verdict::ClientClosed, "client_closed"),
+        ] {
+            assert_eq!(serde_json::to_value(verdict).unwrap(), value);
+        }
+    }
+
+    /// The example line of docs/observability.md, byte for byte.
+    #[test]
+    fn the_line_reads_as_documented() {
+        let documented = r#"{"timestamp":"2026-01-05T10:00:01.234Z","level":"INFO","target":"sturnus::access","message":"access","request_id":"3449abb3-dc01-4f5b-bb87-ac7338b2746d","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"2a2d064b2bdb3395","parent_span_id":"00f067aa0ba902b7","method":"POST","path":"/v1/chat/completions","alias":"fast","provider":"groq","model":"llama-3.3-70b","stream":true,"status":200,"outcome":"success","error_kind":null,"ttfc_ms":182.411,"duration_ms":2310.07,"request_bytes":412,"response_bytes":5120,"upstream_request_id":"req_01h..."}"#;
+        let docs = include_str!("../../docs/observability.md");
+        assert!(docs.contains(documented), "docs/observability.md changed");
+        let record = AccessRecord {
+            request_id: "3449abb3-dc01-4f5b-bb87-ac7338b2746d",
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736",
+            span_id: "2a2d064b2bdb3395",
+            parent_span_id: Some("00f067aa0ba902b7"),
+            method: "POST",
+            path: "/v1/chat/completions",
+            alias: Some("fast"),
+            provider: Some("groq"),
+            model: Some("llama-3.3-70b"),
+            stream: Some(true),
+            status: Some(200),
+            outcome: Verdict::Success,
+            error_kind: None,
+            ttfc_ms: Some(millis(0.182_411)),
+            duration_ms: millis(2.310_07),
+            request_bytes: 412,
+            response_bytes: 5120,
+            upstream_request_id: Some("req_01h..."),
+        };
+        let line = record.json_line("2026-01-05T10:00:01.234Z").to_bytes();
+        assert_eq!(std::str::from_utf8(&line).unwrap(), documented);
+    }
+
+    #[test]
+    fn whole_and_fractional_millis_read_as_display_writes_them() {
+        let mut r = record(true);
+        r.ttfc_ms = Some(millis(0.012));
+        r.duration_ms = millis(0.000_001);
+        let line = String::from_utf8(r.json_line("T").to_bytes()).unwrap();
+        assert!(
+            line.contains(r#""ttfc_ms":12,"duration_ms":0.001,"#),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn the_readable_line_shows_present_fields_in_order() {
+        let shown = super::super::logger::pretty_fields(&record(false));
+        assert_eq!(
+            shown,
+            " request_id=req-1 trace_id=abababababababababababababababab \
+             span_id=0101010101010101 method=POST path=/v1/chat/completions outcome=success \
+             duration_ms=20 request_bytes=1024 response_bytes=77"
+        );
     }
 }

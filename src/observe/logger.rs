@@ -7,7 +7,8 @@
 
 use log::kv::{self, Key, Value, VisitSource, VisitValue};
 use log::Record;
-use std::fmt::Write as _;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use std::io::{IsTerminal, Write};
 
 /// The filter used when `RUST_LOG` is not set.
@@ -60,11 +61,9 @@ fn install(format: LogFormat, mut builder: env_logger::Builder) {
         builder.target(env_logger::Target::Pipe(Box::new(std::io::sink())));
         builder.write_style(env_logger::WriteStyle::Never);
         builder.format(|_, record| {
-            let mut line = String::with_capacity(LINE_CAPACITY);
-            write_json_line(&mut line, super::timestamp::now().as_str(), record);
-            line.push('\n');
             let batch = record.target() == super::access_log::TARGET;
-            super::log_sink::write_line(line.as_bytes(), batch);
+            let now = super::timestamp::now();
+            record_line(now.as_str(), record, |line| line.write(batch));
             Ok(())
         });
         WRITES_JSON.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -84,161 +83,137 @@ const LINE_CAPACITY: usize = 1024;
 /// Set once JSON lines are being written (see [`writes_json`]).
 static WRITES_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether the installed logger writes JSON lines, so a structured line may be built directly
-/// with [`JsonLine`] instead of going through `log`'s key-values.
+/// Whether the installed logger writes JSON lines, so a record that is [`Serialize`] may be
+/// written directly as a [`JsonLine`] instead of going through `log`'s key-values.
 pub fn writes_json() -> bool {
     WRITES_JSON.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// A JSON line built field by field, the same shape as a `log` record's line: for the access
-/// line, written once per request, where visiting `log`'s key-values costs more than the
-/// proxying around it.
-pub struct JsonLine(String);
-
-/// A field key with its JSON punctuation, `,"name":`, written by `json_key!` at compile
-/// time so a field costs one copy for its key.
-#[derive(Debug, Clone, Copy)]
-pub struct FieldKey(pub &'static str);
-
-/// `json_key!("name")`: the [`FieldKey`] of the field `name` (the caller's identifier, `[a-z_]`,
-/// written without escaping).
-#[macro_export]
-macro_rules! json_key {
-    ($name:literal) => {
-        $crate::observe::logger::FieldKey(concat!(",\"", $name, "\":"))
-    };
+/// One JSON log line: the fixed fields, then `fields`' own fields at the same level.
+#[derive(Serialize)]
+pub struct JsonLine<'a, F> {
+    /// When: UTC, RFC 3339, milliseconds ([`super::timestamp::now`]).
+    pub timestamp: &'a str,
+    /// The level (`INFO`, `WARN`, ...).
+    #[serde(serialize_with = "level_name")]
+    pub level: log::Level,
+    /// The `log` target.
+    pub target: &'a str,
+    /// The message.
+    pub message: &'a str,
+    /// The line's own fields, written after the fixed ones.
+    #[serde(flatten)]
+    pub fields: F,
 }
 
-impl JsonLine {
-    /// Starts a line with its fixed fields.
-    pub fn new(level: log::Level, target: &str, message: &str) -> JsonLine {
-        let mut s = String::with_capacity(LINE_CAPACITY);
-        push_fixed_fields(&mut s, super::timestamp::now().as_str(), level, target);
-        push_json_str(&mut s, message);
-        JsonLine(s)
-    }
-
-    /// Starts a field: one copy of its key, punctuation included.
-    fn key(&mut self, key: FieldKey) -> &mut String {
-        debug_assert!(key.0.starts_with(",\"") && key.0.ends_with("\":"));
-        self.0.push_str(key.0);
-        &mut self.0
-    }
-
-    /// A string field (`null` when absent).
-    pub fn str(&mut self, key: FieldKey, value: Option<&str>) -> &mut Self {
-        let s = self.key(key);
-        match value {
-            Some(v) => push_json_str(s, v),
-            None => s.push_str("null"),
+impl<F: Serialize> JsonLine<'_, F> {
+    /// The line without its newline (empty if a field cannot be written as JSON).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut line = Vec::with_capacity(LINE_CAPACITY);
+        if serde_json::to_writer(&mut line, self).is_err() {
+            line.clear();
         }
-        self
-    }
-
-    /// An integer field (`null` when absent).
-    pub fn u64(&mut self, key: FieldKey, value: Option<u64>) -> &mut Self {
-        let s = self.key(key);
-        match value {
-            Some(v) => s.push_str(itoa::Buffer::new().format(v)),
-            None => s.push_str("null"),
-        }
-        self
-    }
-
-    /// A millisecond field already rounded to microseconds (as `access_log::millis` makes
-    /// them), written as its shortest decimal — the text `f64`'s `Display` gives, without its
-    /// general-purpose float formatting (`null` when absent or not finite).
-    pub fn millis(&mut self, key: FieldKey, value: Option<f64>) -> &mut Self {
-        let s = self.key(key);
-        match value {
-            Some(v) if v.is_finite() && (0.0..1e12).contains(&v) => push_millis(s, v),
-            other => push_json_f64(s, other),
-        }
-        self
-    }
-
-    /// A boolean field (`null` when absent).
-    pub fn bool(&mut self, key: FieldKey, value: Option<bool>) -> &mut Self {
-        let s = self.key(key);
-        s.push_str(match value {
-            Some(true) => "true",
-            Some(false) => "false",
-            None => "null",
-        });
-        self
-    }
-
-    /// The finished line (without the newline).
-    pub fn finish(mut self) -> String {
-        self.0.push('}');
-        self.0
+        line
     }
 
     /// Writes the line to stdout; `batch` as in [`super::log_sink::write_line`].
-    pub fn write(self, batch: bool) {
-        let mut line = self.finish();
-        line.push('\n');
-        super::log_sink::write_line(line.as_bytes(), batch);
+    pub fn write(&self, batch: bool) {
+        let mut line = self.to_bytes();
+        if line.is_empty() {
+            return;
+        }
+        line.push(b'\n');
+        super::log_sink::write_line(&line, batch);
     }
 }
 
-/// `{"timestamp":…,"level":…,"target":…,"message":` — the start of every JSON line.
-fn push_fixed_fields(s: &mut String, timestamp: &str, level: log::Level, target: &str) {
-    s.push_str("{\"timestamp\":\"");
-    s.push_str(timestamp);
-    s.push_str("\",\"level\":");
-    push_json_str(s, level.as_str());
-    s.push_str(",\"target\":");
-    push_json_str(s, target);
-    s.push_str(",\"message\":");
+fn level_name<S: Serializer>(level: &log::Level, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(level.as_str())
 }
 
-/// Appends `ms` (non-negative, below 10¹², at most three decimals) as its shortest decimal.
-fn push_millis(s: &mut String, ms: f64) {
-    let micros = (ms * 1000.0).round() as u64;
-    s.push_str(itoa::Buffer::new().format(micros / 1000));
-    let fraction = (micros % 1000) as u32;
-    let text = [
-        b'.',
-        b'0' + (fraction / 100) as u8,
-        b'0' + (fraction / 10 % 10) as u8,
-        b'0' + (fraction % 10) as u8,
-    ];
-    // Trailing zeros go, and the point with them when the fraction is zero.
-    let len = match text.iter().rposition(|&b| b != b'0') {
-        Some(0) | None => 0,
-        Some(last) => last + 1,
-    };
-    s.push_str(std::str::from_utf8(&text[..len]).unwrap_or(""));
-}
+/// A number as JSON in the text `f64`'s `Display` gives (`20`, `12.345`); `null` when not
+/// finite, which JSON cannot write.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Number(pub f64);
 
-/// Appends a JSON number, or `null` for an absent or non-finite one.
-fn push_json_f64(s: &mut String, value: Option<f64>) {
-    match value {
-        Some(v) if v.is_finite() => {
-            let _ = write!(s, "{v}");
+/// Whole numbers up to this magnitude are written without a fraction, as `Display` writes them.
+const WHOLE_LIMIT: f64 = 1e15;
+
+impl Serialize for Number {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        if !v.is_finite() {
+            s.serialize_none()
+        } else if v.fract() == 0.0 && v.abs() < WHOLE_LIMIT {
+            s.serialize_i64(v as i64)
+        } else {
+            s.serialize_f64(v)
         }
-        _ => s.push_str("null"),
     }
 }
 
 /// One JSON object for a record: fixed fields first, then the record's key-values.
 pub fn json_line(timestamp: &str, record: &Record) -> String {
-    let mut s = String::with_capacity(LINE_CAPACITY);
-    write_json_line(&mut s, timestamp, record);
-    s
+    record_line(timestamp, record, |line| {
+        String::from_utf8(line.to_bytes()).unwrap_or_default()
+    })
 }
 
-/// Appends [`json_line`]'s object to `s`, writing every value straight into it (this runs
-/// once per request for the access line, so it builds no intermediate values).
-fn write_json_line(s: &mut String, timestamp: &str, record: &Record) {
-    push_fixed_fields(s, timestamp, record.level(), record.target());
-    match record.args().as_str() {
-        Some(message) => push_json_str(s, message),
-        None => push_json_str(s, &record.args().to_string()),
+/// Calls `f` with `record`'s [`JsonLine`] stamped `timestamp`.
+fn record_line<R>(
+    timestamp: &str,
+    record: &Record,
+    f: impl FnOnce(&JsonLine<KeyValues>) -> R,
+) -> R {
+    let owned;
+    let message = match record.args().as_str() {
+        Some(message) => message,
+        None => {
+            owned = record.args().to_string();
+            &owned
+        }
+    };
+    f(&JsonLine {
+        timestamp,
+        level: record.level(),
+        target: record.target(),
+        message,
+        fields: KeyValues(record.key_values()),
+    })
+}
+
+/// A record's key-values as JSON fields, with the types [`json_value`] gives.
+struct KeyValues<'a>(&'a dyn kv::Source);
+
+impl Serialize for KeyValues<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut fields = JsonFields {
+            map: s.serialize_map(None)?,
+            failed: None,
+        };
+        let _ = self.0.visit(&mut fields);
+        match fields.failed {
+            Some(e) => Err(e),
+            None => fields.map.end(),
+        }
     }
-    let _ = record.key_values().visit(&mut JsonFields(s));
-    s.push('}');
+}
+
+/// Writes each key-value into a JSON object, keeping the first error.
+struct JsonFields<M: SerializeMap> {
+    map: M,
+    failed: Option<M::Error>,
+}
+
+impl<'kvs, M: SerializeMap> VisitSource<'kvs> for JsonFields<M> {
+    fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), kv::Error> {
+        if self.failed.is_none() {
+            if let Err(e) = self.map.serialize_entry(key.as_str(), &json_value(&value)) {
+                self.failed = Some(e);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One readable line: `timestamp LEVEL target: message key=value ...` (absent values skipped).
@@ -253,52 +228,57 @@ pub fn pretty_line(timestamp: &str, record: &Record) -> String {
     s
 }
 
-/// Appends `text` as a JSON string (quotes, backslashes and control characters escaped).
-fn push_json_str(s: &mut String, text: &str) {
-    s.push('"');
-    if !text.bytes().any(|b| NEEDS_ESCAPE[usize::from(b)]) {
-        s.push_str(text);
-        s.push('"');
-        return;
-    }
-    let mut plain = 0;
-    for (i, b) in text.bytes().enumerate() {
-        let escaped = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f | 0x7f => "",
-            _ => continue,
-        };
-        s.push_str(&text[plain..i]);
-        if escaped.is_empty() {
-            let _ = write!(s, "\\u{b:04x}");
-        } else {
-            s.push_str(escaped);
+/// `fields` (a value that serializes as a JSON object) as ` key=value` pairs for a readable
+/// line, in its order, absent values skipped.
+pub fn pretty_fields(fields: &impl Serialize) -> String {
+    let mut s = String::new();
+    let pairs = serde_json::to_vec(fields).and_then(|json| serde_json::from_slice(&json));
+    if let Ok(Pairs(pairs)) = pairs {
+        for (key, value) in pairs {
+            push_pretty_pair(&mut s, &key, value);
         }
-        plain = i + 1;
     }
-    s.push_str(&text[plain..]);
-    s.push('"');
+    s
 }
 
-/// Whether a byte cannot appear as it is inside a JSON string.
-const fn needs_escape(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f
+/// A JSON object's fields in their order (a `serde_json::Map` sorts them).
+struct Pairs(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Pairs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> serde::de::Visitor<'de> for InOrder {
+            type Value = Pairs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Pairs, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(pair) = map.next_entry()? {
+                    pairs.push(pair);
+                }
+                Ok(Pairs(pairs))
+            }
+        }
+        d.deserialize_map(InOrder)
+    }
 }
 
-/// [`needs_escape`] for every byte: one load per byte on the access line's hot path.
-static NEEDS_ESCAPE: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        table[b] = needs_escape(b as u8);
-        b += 1;
-    }
-    table
-};
+/// Appends ` key=value` (strings without their quotes), or nothing for `null`.
+fn push_pretty_pair(s: &mut String, key: &str, value: serde_json::Value) {
+    let shown = match value {
+        serde_json::Value::Null => return,
+        serde_json::Value::String(text) => text,
+        other => other.to_string(),
+    };
+    s.push(' ');
+    s.push_str(key);
+    s.push('=');
+    s.push_str(&shown);
+}
 
 /// A key-value as JSON: numbers, booleans, strings and `null` keep their type; anything else
 /// becomes its text.
@@ -330,8 +310,7 @@ impl<'v> VisitValue<'v> for ToJson {
         Ok(())
     }
     fn visit_f64(&mut self, value: f64) -> Result<(), kv::Error> {
-        // Non-finite numbers have no JSON form.
-        self.0 = serde_json::Number::from_f64(value).map_or(serde_json::Value::Null, Into::into);
+        self.0 = serde_json::to_value(Number(value)).unwrap_or(serde_json::Value::Null);
         Ok(())
     }
     fn visit_bool(&mut self, value: bool) -> Result<(), kv::Error> {
@@ -340,56 +319,6 @@ impl<'v> VisitValue<'v> for ToJson {
     }
     fn visit_str(&mut self, value: &str) -> Result<(), kv::Error> {
         self.0 = value.into();
-        Ok(())
-    }
-}
-
-struct JsonFields<'a>(&'a mut String);
-
-impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
-    fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), kv::Error> {
-        self.0.push(',');
-        push_json_str(self.0, key.as_str());
-        self.0.push(':');
-        let start = self.0.len();
-        if value.visit(&mut WriteJson(self.0)).is_err() {
-            self.0.truncate(start);
-            push_json_str(self.0, &value.to_string());
-        }
-        Ok(())
-    }
-}
-
-/// Writes a key-value as JSON straight into the line, with the types [`json_value`] gives.
-struct WriteJson<'a>(&'a mut String);
-
-impl<'v> VisitValue<'v> for WriteJson<'_> {
-    fn visit_any(&mut self, value: Value) -> Result<(), kv::Error> {
-        push_json_str(self.0, &value.to_string());
-        Ok(())
-    }
-    fn visit_null(&mut self) -> Result<(), kv::Error> {
-        self.0.push_str("null");
-        Ok(())
-    }
-    fn visit_u64(&mut self, value: u64) -> Result<(), kv::Error> {
-        let _ = write!(self.0, "{value}");
-        Ok(())
-    }
-    fn visit_i64(&mut self, value: i64) -> Result<(), kv::Error> {
-        let _ = write!(self.0, "{value}");
-        Ok(())
-    }
-    fn visit_f64(&mut self, value: f64) -> Result<(), kv::Error> {
-        push_json_f64(self.0, Some(value));
-        Ok(())
-    }
-    fn visit_bool(&mut self, value: bool) -> Result<(), kv::Error> {
-        self.0.push_str(if value { "true" } else { "false" });
-        Ok(())
-    }
-    fn visit_str(&mut self, value: &str) -> Result<(), kv::Error> {
-        push_json_str(self.0, value);
         Ok(())
     }
 }
@@ -398,15 +327,7 @@ struct TextFields<'a>(&'a mut String);
 
 impl<'kvs> VisitSource<'kvs> for TextFields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), kv::Error> {
-        let shown = match json_value(&value) {
-            serde_json::Value::Null => return Ok(()),
-            serde_json::Value::String(text) => text,
-            other => other.to_string(),
-        };
-        self.0.push(' ');
-        self.0.push_str(key.as_str());
-        self.0.push('=');
-        self.0.push_str(&shown);
+        push_pretty_pair(self.0, key.as_str(), json_value(&value));
         Ok(())
     }
 }
@@ -453,9 +374,9 @@ mod tests {
     }
 
     #[test]
-    fn millis_read_as_f64_display_writes_them() {
+    fn numbers_read_as_f64_display_writes_them() {
         let mut values = vec![
-            0.0, 0.001, 0.01, 0.1, 1.0, 12.5, 12.345, 20.0, 999.999, 1000.0,
+            0.0, 0.001, 0.01, 0.1, 1.0, 12.5, 12.345, 20.0, 999.999, 1000.0, -1.5, -3.0,
         ];
         let mut x = 0.000_123_4_f64;
         while x < 1e7 {
@@ -463,30 +384,32 @@ mod tests {
             x = x * 1.37 + 0.000_001;
         }
         for v in values {
-            let mut line = JsonLine(String::new());
-            line.millis(crate::json_key!("k"), Some(v));
-            assert_eq!(line.0, format!(",\"k\":{v}"), "{v:?}");
+            assert_eq!(serde_json::to_string(&Number(v)).unwrap(), format!("{v}"));
         }
-        let mut line = JsonLine(String::new());
-        line.millis(crate::json_key!("a"), None)
-            .millis(crate::json_key!("b"), Some(f64::NAN))
-            .millis(crate::json_key!("c"), Some(-1.5));
-        assert_eq!(line.0, ",\"a\":null,\"b\":null,\"c\":-1.5");
+        for v in [f64::NAN, f64::INFINITY] {
+            assert_eq!(serde_json::to_string(&Number(v)).unwrap(), "null");
+        }
     }
 
     #[test]
-    fn json_strings_round_trip_through_a_json_parser() {
+    fn messages_with_control_characters_stay_on_one_line() {
         for text in [
             "",
             "plain",
             "caf\u{e9} \u{65e5}\u{672c}",
             "q\"b\\s/\n\r\t\u{0}\u{1b}[31m\u{7f}\u{1f}end",
         ] {
-            let mut s = String::new();
-            push_json_str(&mut s, text);
-            assert!(!s.bytes().any(|b| b < 0x20 || b == 0x7f), "{s:?}");
-            let back: String = serde_json::from_str(&s).unwrap();
-            assert_eq!(back, text);
+            let line = json_line(
+                "T",
+                &Record::builder()
+                    .args(format_args!("{text}"))
+                    .level(Level::Warn)
+                    .target("t")
+                    .build(),
+            );
+            assert!(!line.bytes().any(|b| b < 0x20), "{line:?}");
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["message"], text);
         }
     }
 
