@@ -108,6 +108,10 @@ def metrics(rec, clk_tck):
         "mock_cpu_pct": 100 * mock_s / wall if wall else None,
         "other_on_proxy_core_pct": 100 * other_s / wall if wall else None,
     }
+    own = rec.get("overhead") or {}
+    for q in ("p50", "p99"):
+        if own.get(f"{q}_us") is not None:
+            m[f"own_{q}_ms"] = own[f"{q}_us"] / 1000
     if ttfc is not None:
         m["ttfc_p50_ms"] = ttfc.get("p50", 0) / 1000
         m["ttfc_p99_ms"] = ttfc.get("p99", 0) / 1000
@@ -299,6 +303,8 @@ def markdown(result):
         lines.append(f"| {c['check']} | {shown} | {spread} | {c['target']} | {met} |")
     lines.append("")
 
+    lines += gateway_overhead(result)
+
     for name, sc in result["scenarios"].items():
         lines.append(f"## {name}: {sc['description']}")
         lines.append("")
@@ -354,6 +360,42 @@ def markdown(result):
                          f"{v['end_rss_mb']:.1f} |")
     lines.append("")
     return "\n".join(lines)
+
+
+def gateway_overhead(result):
+    """sturnus's own account of the time it adds (`sturnus_overhead_seconds`, scraped before and
+    after each measured run) next to what the clients measured (sturnus's percentile minus the
+    direct connection's, and minus the pass-through's)."""
+    rows = []
+    for name, sc in result["scenarios"].items():
+        per = sc["targets"]
+        st, direct, pt = per.get("sturnus"), per.get("direct"), per.get("passthrough")
+        if not st or st.get("own_p50_ms") is None:
+            continue
+        row = [name]
+        for q in ("p50", "p99"):
+            over_pt = st[f"{q}_ms"] - pt[f"{q}_ms"] if pt else None
+            row += [fmt(st.get(f"own_{q}_ms"), 3), fmt(st.get(f"added_{q}_ms"), 3), fmt(over_pt, 3)]
+        rows.append("| " + " | ".join(row) + " |")
+    if not rows:
+        return []
+    return [
+        "## Gateway overhead: sturnus's own figure against the clients'",
+        "",
+        "`sturnus_overhead_seconds` counts the time sturnus itself adds to a request (end of the "
+        "request body to the request leaving for the provider, plus the provider's response header "
+        "to the first write to the client); it is scraped from `/metrics` before and after each "
+        "measured run and its p50/p99 over the run are interpolated within buckets as Prometheus "
+        "does (median over the rounds). Next to it, what the clients measured: sturnus's latency "
+        "percentile minus the direct connection's (which also counts the second connection hop and "
+        "queueing on the proxy core), and minus the pass-through's.",
+        "",
+        "| scenario | own p50 ms | added p50 vs direct ms | p50 over pass-through ms | own p99 ms | "
+        "added p99 vs direct ms | p99 over pass-through ms |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def main(argv):

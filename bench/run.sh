@@ -52,6 +52,7 @@ install_tools() {
   [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || missing+=(nginx)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
   [ ${#missing[@]} -eq 0 ] && return 0
   [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 ||
     die "missing ${missing[*]}: install them (Debian: apt-get install ${missing[*]})"
@@ -231,6 +232,10 @@ run_load() { # tool target body concurrency seconds -> one JSON object on stdout
   fi
 }
 
+scrape() { # sturnus's /metrics into a file
+  curl -fsS --max-time 5 -o "$1" "http://127.0.0.1:${PORT[sturnus]}/metrics" || die "cannot scrape sturnus's /metrics"
+}
+
 scenario_json='['
 for spec in "${SCENARIOS[@]}"; do
   IFS='|' read -r name desc body conc tool <<<"$spec"
@@ -248,6 +253,9 @@ for spec in "${SCENARIOS[@]}"; do
     for t in "${order[@]}"; do
       log "$name round $round/$ROUNDS -> $t (c=$conc)"
       run_load "$tool" "$t" "$body" "$conc" "$WARM" >/dev/null
+      # sturnus's own account of its overhead (sturnus_overhead_seconds) over the measured run,
+      # scraped outside the CPU-time window.
+      if [ "$t" = sturnus ]; then scrape "$WORK/metrics.before"; fi
       pids=$(pids_of "$t")
       before=$(ticks $pids)
       mock_before=$(ticks "$MOCK_PID")
@@ -259,9 +267,14 @@ for spec in "${SCENARIOS[@]}"; do
       mock_after=$(ticks "$MOCK_PID")
       core_after=$(core_busy $PROXY_CORE)
       wall=$(awk -v a="$start_ns" -v b="$end_ns" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
-      printf '{"kind":"run","scenario":"%s","round":%s,"target":"%s","wall_s":%s,"proxy_ticks":%s,"mock_ticks":%s,"proxy_core_ticks":%s,"load":%s}\n' \
+      overhead=null
+      if [ "$t" = sturnus ]; then
+        scrape "$WORK/metrics.after"
+        overhead=$(python3 bench/overhead.py --json "$WORK/metrics.before" "$WORK/metrics.after")
+      fi
+      printf '{"kind":"run","scenario":"%s","round":%s,"target":"%s","wall_s":%s,"proxy_ticks":%s,"mock_ticks":%s,"proxy_core_ticks":%s,"load":%s,"overhead":%s}\n' \
         "$name" "$round" "$t" "$wall" "$((after - before))" "$((mock_after - mock_before))" \
-        "$((core_after - core_before))" "$result" >>"$RAW"
+        "$((core_after - core_before))" "$result" "$overhead" >>"$RAW"
     done
   done
 done

@@ -149,10 +149,21 @@ fn inspect_as<const KEY: bool>(body: &[u8]) -> Result<Inspected, BodyError> {
 /// Seed of the conversation-key hash: a constant, so every sidecar derives the same key.
 const CONVERSATION_SEED: u64 = 0x7374_7572_6e75_7321;
 
-/// The 64-bit key of a conversation whose opening messages are the bytes `opening`.
+/// Most bytes the conversation key reads from each end of a long opening. The key stays cheap
+/// on any body (an opening can be most of a large request), while it still tells conversations
+/// apart: the system prompt starts the opening and the first question ends it.
+pub const KEY_SPAN: usize = 4096;
+
+/// The 64-bit key of a conversation whose opening messages are the bytes `opening`: a hash of
+/// all of them, or, beyond `2 × KEY_SPAN` bytes, of their length and first and last
+/// [`KEY_SPAN`] bytes.
 pub fn conversation_key(opening: &[u8]) -> u64 {
     use std::hash::BuildHasher;
-    foldhash::quality::FixedState::with_seed(CONVERSATION_SEED).hash_one(opening)
+    let hasher = foldhash::quality::FixedState::with_seed(CONVERSATION_SEED);
+    match opening.len() {
+        n if n <= 2 * KEY_SPAN => hasher.hash_one(opening),
+        n => hasher.hash_one((n, &opening[..KEY_SPAN], &opening[n - KEY_SPAN..])),
+    }
 }
 
 impl Inspected {

@@ -27,13 +27,12 @@ pub(super) fn find_special(b: &[u8], from: usize) -> (usize, bool) {
     let Some(rest) = b.get(from..) else {
         return (b.len(), false);
     };
-    let mut chunks = rest.chunks_exact(8);
+    // Whole 8-byte arrays, so each word is one load (no per-word slice copy).
+    let (words, tail) = rest.as_chunks::<8>();
     let mut i = from;
     let mut seen = 0u64;
-    for chunk in chunks.by_ref() {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word);
+    for word in words {
+        let w = u64::from_le_bytes(*word);
         seen |= w;
         let mask = special_mask(w);
         if mask != 0 {
@@ -42,7 +41,7 @@ pub(super) fn find_special(b: &[u8], from: usize) -> (usize, bool) {
         i += 8;
     }
     let mut high = seen & HI != 0;
-    for &c in chunks.remainder() {
+    for &c in tail {
         if is_special(c) {
             break;
         }

@@ -491,3 +491,29 @@ fn conversation_key_edge_cases() {
         BodyError::InvalidJson { .. }
     ));
 }
+
+#[test]
+fn a_long_opening_is_keyed_by_its_length_and_both_ends() {
+    let body = |system: &str, question: &str| {
+        format!(
+            r#"{{"model":"m","messages":[{{"role":"system","content":"{system}"}},{{"role":"user","content":"{question}"}},{{"role":"assistant","content":"a"}}]}}"#
+        )
+    };
+    let prompt = "You are a careful assistant. ".repeat(1000);
+    let a = key(&body(&prompt, "What is the capital of France?"));
+    assert!(a.is_some());
+    // Every turn of the same conversation: the same key.
+    assert_eq!(a, key(&body(&prompt, "What is the capital of France?")));
+    // Another first question after the same long system prompt: another key.
+    assert_ne!(a, key(&body(&prompt, "What is the capital of Spain?")));
+    // The same first and last bytes (the prompt repeats) around a longer middle: another key.
+    let longer = format!("{prompt}You are a careful assistant. ");
+    assert_ne!(a, key(&body(&longer, "What is the capital of France?")));
+    // Short openings are hashed whole.
+    let short = r#"{"role":"user","content":"hi"}"#;
+    assert_eq!(
+        key(&format!(r#"{{"model":"m","messages":[{short}]}}"#)),
+        key_of(short)
+    );
+    assert!(short.len() <= 2 * crate::body::KEY_SPAN);
+}

@@ -2,28 +2,33 @@
 //! proxy loop does with `read_body_or_idle` while it waits for the upstream.
 //!
 //! sturnus forwards from `request_filter` (see `forward.rs`), so nothing reads the client's
-//! socket between sending the request upstream and relaying the answer. [`ClientWatch::gone`]
-//! looks at the socket every [`PERIOD`] while a wait lasts, with a peek that consumes nothing
-//! (`MSG_PEEK`): end of stream or an error means the client closed (or reset) its connection;
-//! bytes mean it pipelined its next request. Those stay in the socket for the header guard to
-//! read once this answer is complete, and the watch ends there, since a close behind them
-//! cannot be seen.
+//! socket between sending the request upstream and relaying the answer. While a forward waits,
+//! its client's socket is on a list that one thread ([`watcher`]) looks at every [`PERIOD`],
+//! with a peek that consumes nothing (`MSG_PEEK`): end of stream or an error means the client
+//! closed (or reset) its connection, and the waiting forward is woken to end; bytes mean it
+//! pipelined its next request. Those stay in the socket for the header guard to read once this
+//! answer is complete, and the watch ends there, since a close behind them cannot be seen.
+//!
+//! One thread for every watched request, rather than a timer per request: joining and leaving
+//! the list is all a request pays (a lock and a slot, no timer and no system call of its own).
 //!
 //! Why not `read_body_or_idle` itself: it reads the client's next byte out of the socket. With
 //! Pingora's pipelining off it then fails the request ("Sent data after end of body"); with it
 //! on, the byte is kept inside Pingora for its own parser, out of reach of the header guard
-//! (`header_guard.rs`), which reads every request header itself. A request answered within
-//! [`PERIOD`] costs one timer and no system call.
+//! (`header_guard.rs`), which reads every request header itself.
 
 use pingora_core::protocols::l4::stream::Stream as SocketStream;
 use pingora_core::{Error, ErrorType};
 use pingora_proxy::Session;
+use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard, Once, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tokio::time::Instant;
 
-/// How often the client's socket is looked at while the provider works (a departed client is
-/// noticed within this time).
+/// How often the watched clients' sockets are looked at (a departed client is noticed within
+/// this time).
 pub const PERIOD: Duration = Duration::from_millis(200);
 
 /// The client's socket, watched for a close while the provider works.
@@ -57,19 +62,54 @@ impl ClientWatch {
     }
 
     /// Completes when the client has closed its connection; pending while it waits (and for
-    /// good once it has sent more bytes, or when there is no socket to watch).
-    pub async fn gone(self) {
+    /// good once it has sent more bytes, or when there is no socket to watch). The socket is
+    /// on the watched list from the first poll until the future completes or is dropped.
+    pub fn gone(self) -> Gone {
+        Gone {
+            fd: self.fd,
+            slot: None,
+        }
+    }
+}
+
+/// The future of [`ClientWatch::gone`].
+#[derive(Debug)]
+pub struct Gone {
+    /// The socket to watch; `None` once done (or when there is none).
+    fd: Option<RawFd>,
+    /// Its place on the watched list, once it is there.
+    slot: Option<Key>,
+}
+
+impl Future for Gone {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let Some(fd) = self.fd else {
-            return std::future::pending().await;
+            return Poll::Pending;
         };
-        let mut next = Instant::now() + PERIOD;
-        loop {
-            tokio::time::sleep_until(next).await;
-            match look(fd) {
-                Seen::Waiting => next += PERIOD,
-                Seen::Bytes => return std::future::pending().await,
-                Seen::Closed => return,
-            }
+        let mut list = watched();
+        let Some(key) = self.slot else {
+            self.slot = Some(list.insert(fd, cx.waker()));
+            drop(list);
+            start_watcher();
+            return Poll::Pending;
+        };
+        if list.poll(key, cx.waker()) {
+            list.remove(key);
+            drop(list);
+            self.slot = None;
+            self.fd = None;
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        if let Some(key) = self.slot.take() {
+            watched().remove(key);
         }
     }
 }
@@ -81,6 +121,170 @@ pub fn client_left() -> Box<Error> {
         "the client closed its connection before the answer was complete",
     )
     .into_down()
+}
+
+/// A place on the watched list: its index and the generation it was given out in (a slot
+/// reused by a later request has another generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    index: usize,
+    generation: u64,
+}
+
+/// The sockets of the clients whose forwards are waiting.
+#[derive(Default)]
+struct Watched {
+    slots: Vec<Slot>,
+    /// Indexes of the empty slots.
+    free: Vec<usize>,
+    generation: u64,
+}
+
+#[derive(Default)]
+struct Slot {
+    generation: u64,
+    entry: Option<Entry>,
+}
+
+struct Entry {
+    fd: RawFd,
+    /// Wakes the forward when its client is gone.
+    waker: Waker,
+    /// What the watcher last found: `Waiting` while it keeps looking.
+    seen: Seen,
+}
+
+impl Watched {
+    fn insert(&mut self, fd: RawFd, waker: &Waker) -> Key {
+        self.generation += 1;
+        let entry = Entry {
+            fd,
+            waker: waker.clone(),
+            seen: Seen::Waiting,
+        };
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(Slot::default());
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.generation = self.generation;
+        slot.entry = Some(entry);
+        Key {
+            index,
+            generation: self.generation,
+        }
+    }
+
+    fn entry(&mut self, key: Key) -> Option<&mut Entry> {
+        let slot = self.slots.get_mut(key.index)?;
+        (slot.generation == key.generation)
+            .then_some(slot.entry.as_mut())
+            .flatten()
+    }
+
+    /// Whether the client of `key` is gone; if not, `waker` is the one to wake.
+    fn poll(&mut self, key: Key, waker: &Waker) -> bool {
+        let Some(entry) = self.entry(key) else {
+            return false;
+        };
+        if entry.seen == Seen::Closed {
+            return true;
+        }
+        if !entry.waker.will_wake(waker) {
+            entry.waker = waker.clone();
+        }
+        false
+    }
+
+    fn remove(&mut self, key: Key) {
+        if self.entry(key).is_some() {
+            self.slots[key.index].entry = None;
+            self.free.push(key.index);
+        }
+    }
+
+    /// The sockets still to look at, into `out`.
+    fn to_look_at(&self, out: &mut Vec<(Key, RawFd)>) {
+        out.clear();
+        for (index, slot) in self.slots.iter().enumerate() {
+            if let Some(entry) = &slot.entry {
+                if entry.seen == Seen::Waiting {
+                    let key = Key {
+                        index,
+                        generation: slot.generation,
+                    };
+                    out.push((key, entry.fd));
+                }
+            }
+        }
+    }
+
+    /// Records what a look at the socket of `key` found; the waker to wake when it closed.
+    fn seen(&mut self, key: Key, seen: Seen) -> Option<Waker> {
+        let entry = self.entry(key)?;
+        entry.seen = seen;
+        (seen == Seen::Closed).then(|| entry.waker.clone())
+    }
+}
+
+static WATCHED: Mutex<Watched> = Mutex::new(Watched {
+    slots: Vec::new(),
+    free: Vec::new(),
+    generation: 0,
+});
+
+fn watched() -> MutexGuard<'static, Watched> {
+    WATCHED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts the [`watcher`] thread the first time a client is watched.
+fn start_watcher() {
+    static STARTED: Once = Once::new();
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("client-watch".into())
+            .spawn(watcher);
+        if let Err(e) = spawned {
+            log::error!("cannot start the client watch thread: {e}");
+        }
+    });
+}
+
+/// Every [`PERIOD`], looks at each watched socket and wakes the forwards whose client is gone.
+/// The sockets are looked at outside the lock: a forward that ends meanwhile removes its entry,
+/// and what was seen of its socket is then dropped (the generation no longer matches), so a
+/// socket number reused by a later connection is never taken for the old one.
+fn watcher() {
+    let mut sockets = Vec::new();
+    let mut found = Vec::new();
+    loop {
+        std::thread::sleep(PERIOD);
+        watched().to_look_at(&mut sockets);
+        if sockets.is_empty() {
+            continue;
+        }
+        found.clear();
+        found.extend(
+            sockets
+                .iter()
+                .map(|&(key, fd)| (key, look(fd)))
+                .filter(|(_, seen)| *seen != Seen::Waiting),
+        );
+        if found.is_empty() {
+            continue;
+        }
+        let wake: Vec<Waker> = {
+            let mut list = watched();
+            found
+                .iter()
+                .filter_map(|&(key, seen)| list.seen(key, seen))
+                .collect()
+        };
+        wake.into_iter().for_each(Waker::wake);
+    }
 }
 
 /// Peeks at one byte of the socket without waiting or consuming it.
@@ -128,5 +332,80 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(look(server2.as_raw_fd()), Seen::Closed);
+    }
+
+    /// A waker that counts its wakes.
+    struct Flag(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_waiting_forward_is_woken_and_completes_when_its_client_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let flag = std::sync::Arc::new(Flag(Default::default()));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut gone = ClientWatch {
+            fd: Some(server.as_raw_fd()),
+        }
+        .gone();
+        assert!(Pin::new(&mut gone).poll(&mut cx).is_pending());
+        let key = gone.slot.expect("on the watched list after the first poll");
+        std::thread::sleep(PERIOD * 2);
+        assert_eq!(flag.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(Pin::new(&mut gone).poll(&mut cx).is_pending());
+        drop(client);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while flag.0.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(std::time::Instant::now() < deadline, "never woken");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(Pin::new(&mut gone).poll(&mut cx).is_ready());
+        assert!(watched().entry(key).is_none(), "off the list once done");
+    }
+
+    #[test]
+    fn what_was_seen_of_a_removed_entry_is_dropped_even_when_its_slot_is_reused() {
+        let mut list = Watched::default();
+        let waker = Waker::noop();
+        let old = list.insert(7, waker);
+        list.remove(old);
+        let new = list.insert(8, waker);
+        assert_eq!(old.index, new.index, "the slot is reused");
+        assert!(list.seen(old, Seen::Closed).is_none());
+        assert!(
+            !list.poll(new, waker),
+            "the new entry is not taken for closed"
+        );
+        let mut sockets = Vec::new();
+        list.to_look_at(&mut sockets);
+        assert_eq!(sockets, vec![(new, 8)]);
+        // Bytes end the looking; a close is reported to the entry's forward.
+        assert!(list.seen(new, Seen::Bytes).is_none());
+        list.to_look_at(&mut sockets);
+        assert!(sockets.is_empty());
+        let other = list.insert(9, waker);
+        assert!(list.seen(other, Seen::Closed).is_some());
+        assert!(list.poll(other, waker));
+    }
+
+    #[test]
+    fn dropping_a_watch_takes_it_off_the_list() {
+        let waker = Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut gone = ClientWatch { fd: Some(-1) }.gone();
+        assert!(Pin::new(&mut gone).poll(&mut cx).is_pending());
+        let key = gone.slot.unwrap();
+        drop(gone);
+        assert!(watched().entry(key).is_none());
+        let mut none = ClientWatch { fd: None }.gone();
+        assert!(Pin::new(&mut none).poll(&mut cx).is_pending());
+        assert!(none.slot.is_none(), "no socket, nothing watched");
     }
 }

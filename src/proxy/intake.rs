@@ -47,9 +47,11 @@ pub fn routed_suffix(path: &str) -> Option<&'static str> {
 }
 
 /// Validates a request body: its model and stream flag, or the 400 answer for anything that is
-/// not a JSON object with a string `model`.
+/// not a JSON object with a string `model`. The conversation key is not derived
+/// (`body::inspect_unkeyed`): routing does not use it, and on a long opening message it would
+/// cost a hash of most of the body.
 pub fn inspect_body(bytes: &[u8]) -> std::result::Result<body::Inspected, ApiError> {
-    body::inspect(bytes).map_err(|e| ApiError::invalid_request(e.to_string(), e.param()))
+    body::inspect_unkeyed(bytes).map_err(|e| ApiError::invalid_request(e.to_string(), e.param()))
 }
 
 /// Validates and routes one request; writes the error answer itself when it cannot be routed.
