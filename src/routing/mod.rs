@@ -11,6 +11,7 @@
 //! - [`pressure`]: the age of requests still waiting for an answer and `Retry-After` back-off,
 //!   the signals that arrive before a response does.
 //! - [`rendezvous`]: weighted rendezvous hashing, a sticky stateless pick of a candidate per key.
+//! - [`quota`]: pacing a candidate whose announced quota would run out before its reset.
 //! - [`congestion`]: the discount on a candidate whose latency is queueing that traffic like
 //!   ours causes, which keeps a fleet of sidecars from herding.
 
@@ -18,6 +19,7 @@ pub mod affinity;
 pub mod available;
 pub mod congestion;
 pub mod pressure;
+pub mod quota;
 pub mod rendezvous;
 pub mod rng;
 pub mod selector;
@@ -25,6 +27,7 @@ pub mod tracker;
 
 pub use available::{choose_available, shares_available, weights_available};
 pub use pressure::now_us;
+pub use quota::{QuotaKind, QuotaView};
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
     choose, choose_at, pick_index, shares, shares_for, shares_for_at, weights, weights_for, Choice,

@@ -111,13 +111,14 @@ fn speed(latency_us: Option<f64>, success: f64, wait_age_us: Option<f64>) -> f64
     }
 }
 
-/// A warm candidate's speed with its congestion discount `d` folded in: `speed × e^(-d/k)`,
-/// so that after the power `k` its weight carries the factor `e^-d` (shares are ratios, so
-/// scaling every weight by the same best changes nothing). Cold and excluded markers pass.
+/// A warm candidate's speed with its congestion discount `d` and quota pacing factor `f`
+/// folded in: `speed × (f·e^-d)^(1/k)`, so that after the power `k` its weight carries the
+/// factor `f·e^-d` (shares are ratios, so scaling every weight by the same best changes
+/// nothing). Cold and excluded markers pass.
 #[inline]
-fn discounted(speed: f64, d: f64, k: f64) -> f64 {
-    if speed > 0.0 && d > 0.0 && k > 0.0 {
-        speed * (-d / k).exp()
+fn discounted(speed: f64, d: f64, f: f64, k: f64) -> f64 {
+    if speed > 0.0 && k > 0.0 && (d > 0.0 || f < 1.0) {
+        speed * ((f.max(f64::MIN_POSITIVE).ln() - d) / k).exp()
     } else {
         speed
     }
@@ -172,7 +173,12 @@ fn speeds(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
         *o = if exclude && s.backed_off {
             EXCLUDED
         } else {
-            discounted(speed(s.latency_us, s.success, s.wait_age_us), s.discount, k)
+            discounted(
+                speed(s.latency_us, s.success, s.wait_age_us),
+                s.discount,
+                s.pacing,
+                k,
+            )
         };
     }
 }
@@ -398,13 +404,14 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         let c = c.as_ref();
         let d = c.congestion_discount(mode);
         *o = if !c.needs_time() {
-            discounted(speed(c.latency_us(mode), c.success(), None), d, k)
+            discounted(speed(c.latency_us(mode), c.success(), None), d, 1.0, k)
         } else if c.backed_off(now_us) {
             backed_off += 1;
             EXCLUDED
         } else {
             let age = c.wait_age_us(mode, now_us);
-            discounted(speed(c.latency_us(mode), c.success(), age), d, k)
+            let f = c.pacing(now_us);
+            discounted(speed(c.latency_us(mode), c.success(), age), d, f, k)
         };
     }
     if backed_off == w.len() {
@@ -413,7 +420,8 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
             let c = c.as_ref();
             let age = c.wait_age_us(mode, now_us);
             let d = c.congestion_discount(mode);
-            *o = discounted(speed(c.latency_us(mode), c.success(), age), d, k);
+            let f = c.pacing(now_us);
+            *o = discounted(speed(c.latency_us(mode), c.success(), age), d, f, k);
         }
     }
     speeds_to_shares(w, params);
@@ -477,6 +485,7 @@ mod tests {
             wait_age_us: None,
             backed_off: false,
             discount: 0.0,
+            pacing: 1.0,
         }
     }
 
@@ -655,6 +664,7 @@ mod tests {
                         },
                         backed_off: rng.next_u64() % 5 == 0,
                         discount: [0.0, 0.5, 4.0][(rng.next_u64() % 3) as usize],
+                        pacing: 1.0,
                     }
                 })
                 .collect();
@@ -859,6 +869,7 @@ mod tests {
     fn congestion_discount_scales_the_weight_by_e_to_the_minus_d() {
         let queued = Snapshot {
             discount: 1.5,
+            pacing: 1.0,
             ..warm(100.0, 1.0)
         };
         // Equal latency, discount 1.5: weight ratio e^-1.5 whatever k is.

@@ -6,6 +6,7 @@
 
 use super::congestion::Congestion;
 use super::pressure::Pressure;
+use super::quota::{QuotaKind, QuotaView, Quotas};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -190,6 +191,8 @@ pub struct Snapshot {
     pub backed_off: bool,
     /// Congestion discount `d` (weight × `e^-d`, see [`super::congestion`]).
     pub discount: f64,
+    /// Quota pacing factor in (0, 1] (weight × it, see [`super::quota`]).
+    pub pacing: f64,
 }
 
 impl Snapshot {
@@ -201,6 +204,7 @@ impl Snapshot {
         wait_age_us: None,
         backed_off: false,
         discount: 0.0,
+        pacing: 1.0,
     };
 }
 
@@ -235,6 +239,8 @@ pub struct CandidateStats {
     pressure: Pressure,
     /// How much of the latency is queueing our traffic causes (see [`super::congestion`]).
     congestion: Congestion,
+    /// What the provider announces about its quotas, and the pacing it asks for.
+    quotas: Quotas,
     /// False for the seed's tracker (the simulator's baseline), which had no such discount.
     congestion_on: bool,
 }
@@ -295,6 +301,7 @@ impl CandidateStats {
             client_errors: AtomicU64::new(0),
             pressure: Pressure::default(),
             congestion: Congestion::default(),
+            quotas: Quotas::default(),
             congestion_on: true,
         }
     }
@@ -371,6 +378,7 @@ impl CandidateStats {
             wait_age_us: None,
             backed_off: false,
             discount: self.congestion_discount(mode),
+            pacing: 1.0,
         }
     }
 
@@ -379,6 +387,7 @@ impl CandidateStats {
         Snapshot {
             wait_age_us: self.wait_age_us(mode, now_us),
             backed_off: self.backed_off(now_us),
+            pacing: self.pacing(now_us),
             ..self.snapshot(mode)
         }
     }
@@ -424,7 +433,38 @@ impl CandidateStats {
     /// time, or a back-off deadline set), so the selector reads the clock only when it matters.
     #[inline]
     pub fn needs_time(&self) -> bool {
-        self.pressure.active()
+        self.pressure.active() || self.quotas.active()
+    }
+
+    /// A response read at `now_us` (routing clock) announced `remaining` of the `kind` quota,
+    /// with the window's `limit` and its reset `reset_in_us` from now, each when announced
+    /// (see [`super::quota`]). A quota announced as exhausted backs the candidate off until its
+    /// reset, as a `429` would.
+    pub fn observe_quota(
+        &self,
+        kind: QuotaKind,
+        remaining: u64,
+        limit: Option<u64>,
+        reset_in_us: Option<u64>,
+        now_us: u64,
+    ) {
+        self.quotas
+            .observe(kind, remaining, limit, reset_in_us, now_us);
+        if let Some(reset) = self.quotas.exhausted_until(now_us) {
+            self.back_off_until(reset);
+        }
+    }
+
+    /// The pacing factor at `now_us`: the selector multiplies the weight by it (1 unless a
+    /// quota would run out before its reset).
+    #[inline]
+    pub fn pacing(&self, now_us: u64) -> f64 {
+        self.quotas.factor(now_us)
+    }
+
+    /// The last reading of the `kind` quota, for /status and metrics.
+    pub fn quota(&self, kind: QuotaKind) -> Option<QuotaView> {
+        self.quotas.view(kind)
     }
 
     /// Congestion discount `d` of `mode`: the selector scales the weight by `e^-d` (see

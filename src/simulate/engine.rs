@@ -68,6 +68,8 @@ pub struct AttemptLog {
     pub end: Micros,
     /// True for a success.
     pub ok: bool,
+    /// True for a `429` answer.
+    pub limited: bool,
 }
 
 /// Everything a run produced, in creation order.
@@ -222,6 +224,7 @@ impl Run<'_> {
             start,
             end: now,
             ok: response.ok(),
+            limited: matches!(response.reply, Reply::Status { code: 429, .. }),
         });
         let r = &mut self.log.requests[request];
         if response.ok() || r.attempts >= MAX_ATTEMPTS {
@@ -298,6 +301,7 @@ mod tests {
                 code: 429,
                 retry_after_s,
             },
+            quota: None,
         };
         assert_eq!(retry_delay(&fail(Some(7)), 1, 0.5), 7 * SEC);
         assert_eq!(retry_delay(&fail(Some(61)), 1, 0.0), 500 * MS);

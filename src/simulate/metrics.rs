@@ -74,6 +74,8 @@ pub struct Figures {
     pub p95_ms: f64,
     /// Percentage of requests in the focus window that failed after all retries.
     pub failed_pct: f64,
+    /// Attempts answered `429` in the focus window (each costs the client a retry wait).
+    pub limited: usize,
     /// Requests after the incident until ≥ 90% of traffic avoids the affected provider.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub switch_requests: Option<Option<usize>>,
@@ -120,6 +122,11 @@ pub fn figures(scenario: &Scenario, log: &RunLog) -> Figures {
         mean_ms,
         p95_ms,
         failed_pct,
+        limited: log
+            .attempts
+            .iter()
+            .filter(|a| a.limited && (from..to).contains(&a.start))
+            .count(),
         switch_requests: None,
         new_best_requests: None,
         bad_share: None,

@@ -40,7 +40,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run only this built-in scenario (repeatable): step, outage, flaky, rate-limited, herd,
-    /// herd-200, herd-60, herd-90, herd-four, herd-step, herd-hosted.
+    /// herd-200, herd-60, herd-90, herd-four, herd-step, herd-hosted, quota.
     #[arg(long = "scenario", value_name = "NAME")]
     pub scenarios: Vec<String>,
     /// Run the scenario described in this TOML file (repeatable; schema in docs/routing.md).
@@ -123,14 +123,19 @@ pub fn simulate(
     size: Size,
     current: Variant,
 ) -> Result<(Report, Vec<ScenarioRun>), String> {
-    let contenders = scenario::contenders(current);
-    let jobs: Vec<(usize, usize)> = (0..scenarios.len())
-        .flat_map(|s| (0..contenders.len()).map(move |c| (s, c)))
+    let jobs: Vec<(usize, scenario::Contender)> = scenarios
+        .iter()
+        .enumerate()
+        .flat_map(|(s, sc)| {
+            scenario::contenders_for(current, sc)
+                .into_iter()
+                .map(move |c| (s, c))
+        })
         .collect();
     let results = run_jobs(&jobs, |&(s, c)| {
         let sc = &scenarios[s];
         // Same seed per scenario for every contender: common random numbers.
-        let log = engine::run(sc, contenders[c], engine::derive(seed, s as u64));
+        let log = engine::run(sc, c, engine::derive(seed, s as u64));
         metrics::figures(sc, &log)
     });
     let mut runs = Vec::new();
@@ -140,7 +145,7 @@ pub fn simulate(
             .iter()
             .zip(&results)
             .filter(|((js, _), _)| *js == s)
-            .map(|((_, c), f)| (contenders[*c].label().to_string(), f.clone()))
+            .map(|((_, c), f)| (c.label().to_string(), f.clone()))
             .collect();
         runs.push(ScenarioRun {
             scenario: sc.clone(),
@@ -294,7 +299,7 @@ mod tests {
         assert!(r.is_err_and(|e| e.contains("unknown scenario \"nope\"")));
         let r = select(&[], &[PathBuf::from("/nonexistent/x.toml")], Size::Quick);
         assert!(r.is_err_and(|e| e.contains("/nonexistent/x.toml")));
-        assert_eq!(select(&[], &[], Size::Quick).map(|s| s.len()), Ok(11));
+        assert_eq!(select(&[], &[], Size::Quick).map(|s| s.len()), Ok(12));
     }
 
     #[test]

@@ -76,6 +76,31 @@ pub struct ProviderSpec {
     pub servers: Option<u32>,
     /// Behaviour timeline, sorted by `from`; before the first phase the provider is normal.
     pub phases: Vec<Phase>,
+    /// A request quota per fixed window, announced on every answer; `None`: no quota.
+    pub quota: Option<QuotaSpec>,
+}
+
+/// A request quota that refills at every multiple of `window` (virtual time), announced on
+/// every answer as rate-limit headers would; once used up, attempts get `429` with a
+/// `Retry-After` pointing at the refill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaSpec {
+    /// Requests accepted per window.
+    pub requests: u64,
+    /// Window length.
+    pub window: Micros,
+}
+
+/// What an answer announced about the quota: the remaining count, the window's size and the
+/// time until it refills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announced {
+    /// Requests left in the window.
+    pub remaining: u64,
+    /// Requests per window.
+    pub limit: u64,
+    /// Time from the answer until the window refills.
+    pub reset_in: Micros,
 }
 
 impl ProviderSpec {
@@ -87,6 +112,7 @@ impl ProviderSpec {
             jitter: JITTER_SIGMA,
             servers: None,
             phases: Vec::new(),
+            quota: None,
         }
     }
 
@@ -143,6 +169,8 @@ pub struct Response {
     pub latency: Micros,
     /// Outcome.
     pub reply: Reply,
+    /// The quota announced with the answer, for providers that have one.
+    pub quota: Option<Announced>,
 }
 
 impl Response {
@@ -181,6 +209,8 @@ pub struct Providers {
     specs: Vec<ProviderSpec>,
     rngs: Vec<SplitMix64>,
     queues: Vec<Option<Queue>>,
+    /// Per provider with a quota: the current window's index and the requests it accepted.
+    used: Vec<(Micros, u64)>,
 }
 
 impl Providers {
@@ -194,6 +224,7 @@ impl Providers {
                 .map(|_| SplitMix64::new(root.next_u64()))
                 .collect(),
             queues: specs.iter().map(|s| s.servers.map(Queue::new)).collect(),
+            used: vec![(0, 0); specs.len()],
         }
     }
 
@@ -251,6 +282,37 @@ impl Providers {
                 },
             )
         };
+        let announced = |used: u64, q: &QuotaSpec| Announced {
+            remaining: q.requests.saturating_sub(used),
+            limit: q.requests,
+            reset_in: q.window - now % q.window,
+        };
+        let mut quota = None;
+        if let Some(q) = &spec.quota {
+            let window = now / q.window.max(1);
+            let (w, used) = &mut self.used[p];
+            if *w != window {
+                (*w, *used) = (window, 0);
+            }
+            if *used >= q.requests {
+                let (latency, _) = error(rng, 429, None);
+                let secs = (q.window - now % q.window).div_ceil(SEC).max(1);
+                return Started {
+                    attempt,
+                    done_at: now + latency,
+                    response: Response {
+                        latency: now + latency - queued_at,
+                        reply: Reply::Status {
+                            code: 429,
+                            retry_after_s: Some(secs),
+                        },
+                        quota: Some(announced(*used, q)),
+                    },
+                };
+            }
+            *used += 1;
+            quota = Some(announced(*used, q));
+        }
         let (service, reply) = match spec.behaviour_at(now) {
             Behaviour::Normal => (lognormal(rng, median_us, sigma), Reply::Ok),
             Behaviour::Slow(f) => (lognormal(rng, median_us * f, sigma), Reply::Ok),
@@ -277,6 +339,7 @@ impl Providers {
             response: Response {
                 latency: done_at - queued_at,
                 reply,
+                quota,
             },
         }
     }
@@ -292,6 +355,12 @@ impl Providers {
             .as_ref()
             .map_or(0.0, |q| q.expected_wait(mean));
         let error_us = ERROR_MS * MS as f64;
+        if let Some(q) = &spec.quota {
+            let (w, used) = self.used[p];
+            if w == now / q.window.max(1) && used >= q.requests {
+                return f64::INFINITY;
+            }
+        }
         match spec.behaviour_at(now) {
             Behaviour::Normal => wait + mean,
             Behaviour::Slow(f) => wait + mean * f,

@@ -128,6 +128,9 @@ fn target(strategy: &str, what: &str, value: String, pass: bool) -> Target {
     }
 }
 
+/// The contender quota pacing is measured against.
+pub const BACK_OFF_ONLY: &str = "sturnus (back-off only)";
+
 /// The strategies that probe every provider: sturnus must do at least as well as the best.
 pub const PROBING: [&str; 3] = ["round-robin", "random", "p2c-peak-ewma"];
 
@@ -148,6 +151,25 @@ fn targets(scenario: &Scenario, rows: &[Row]) -> Vec<Target> {
             format!("{:.3} x", me.mean_vs_oracle),
             me.mean_vs_oracle <= max,
         );
+    }
+    if let Some(cut) = t.fewer_429s {
+        if let Some(base) = rows.iter().find(|r| r.strategy == BACK_OFF_ONLY) {
+            let (mine, theirs) = (f.limited, base.figures.limited);
+            let fewer = 1.0 - mine as f64 / theirs.max(1) as f64;
+            push(
+                format!(
+                    "at least {:.0}% fewer 429s than {BACK_OFF_ONLY}",
+                    cut * 100.0
+                ),
+                format!("{mine} vs {theirs} ({:.1}% fewer)", fewer * 100.0),
+                fewer >= cut,
+            );
+            push(
+                format!("mean latency no worse than {BACK_OFF_ONLY}"),
+                format!("{:.0} ms vs {:.0} ms", f.mean_ms, base.figures.mean_ms),
+                f.mean_ms <= base.figures.mean_ms,
+            );
+        }
     }
     if t.beat_probing {
         let best = rows
@@ -287,19 +309,20 @@ pub fn markdown(report: &Report) -> String {
                 );
             }
         } else {
-            s.push_str("| strategy | mean ms | x oracle | p95 ms | x oracle | failed | off affected (req) | new best 90% (req) | share to affected | majority back (req) |\n");
-            s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+            s.push_str("| strategy | mean ms | x oracle | p95 ms | x oracle | failed | 429s | off affected (req) | new best 90% (req) | share to affected | majority back (req) |\n");
+            s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
             for r in &sc.rows {
                 let f = &r.figures;
                 let _ = writeln!(
                     s,
-                    "| {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2}% | {} | {} | {} | {} |",
+                    "| {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2}% | {} | {} | {} | {} | {} |",
                     r.strategy,
                     f.mean_ms,
                     r.mean_vs_oracle,
                     f.p95_ms,
                     r.p95_vs_oracle,
                     f.failed_pct,
+                    f.limited,
                     opt(f.switch_requests, count),
                     opt(f.new_best_requests, count),
                     opt(f.bad_share, |x| format!("{:.2}%", x * 100.0)),

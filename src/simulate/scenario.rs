@@ -44,6 +44,9 @@ pub struct Targets {
     pub sidecar_std: Option<f64>,
     /// Herd: the fleet's share standard deviation at most this.
     pub fleet_std: Option<f64>,
+    /// Quota: at least this fraction fewer `429`s than sturnus without quota pacing, and a
+    /// mean latency no worse.
+    pub fewer_429s: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -61,6 +64,7 @@ impl Default for Targets {
             recovery_within: None,
             sidecar_std: None,
             fleet_std: None,
+            fewer_429s: None,
         }
     }
 }
@@ -100,7 +104,7 @@ pub enum Size {
 }
 
 /// The built-in scenarios: name and TOML text (the files under `docs/routing/scenarios/`).
-pub const BUILT_IN: [(&str, &str); 11] = [
+pub const BUILT_IN: [(&str, &str); 12] = [
     (
         "step",
         include_str!("../../docs/routing/scenarios/step.toml"),
@@ -144,6 +148,10 @@ pub const BUILT_IN: [(&str, &str); 11] = [
     (
         "herd-hosted",
         include_str!("../../docs/routing/scenarios/herd-hosted.toml"),
+    ),
+    (
+        "quota",
+        include_str!("../../docs/routing/scenarios/quota.toml"),
     ),
 ];
 
@@ -239,6 +247,23 @@ pub fn herd_split(scenario: &Scenario) -> Vec<(Micros, Vec<f64>)> {
 
 /// Every contender: sturnus (as `current` says), sturnus as seeded, the oracle, then the
 /// baselines.
+/// The contenders of `scenario`: [`contenders`], and where a provider has a quota, sturnus
+/// without quota pacing (`current` otherwise), the yardstick pacing is measured against.
+pub fn contenders_for(current: Variant, scenario: &Scenario) -> Vec<Contender> {
+    let mut all = contenders(current);
+    if scenario.providers.iter().any(|p| p.quota.is_some()) {
+        all.insert(
+            1,
+            Contender::Sturnus(Variant {
+                pacing: false,
+                ..Variant::back_off_only_of(current)
+            }),
+        );
+    }
+    all
+}
+
+/// The contenders every scenario runs.
 pub fn contenders(current: Variant) -> Vec<Contender> {
     vec![
         Contender::Sturnus(current),

@@ -5,7 +5,7 @@
 //! schema is documented in `docs/routing.md`. Errors name the offending field.
 
 use super::clock::{Micros, SEC};
-use super::provider::{Behaviour, Phase, ProviderSpec};
+use super::provider::{Behaviour, Phase, ProviderSpec, QuotaSpec};
 use super::scenario::{Incident, Scenario, Size, Targets};
 use serde::Deserialize;
 
@@ -75,8 +75,17 @@ struct ProviderFile {
     median_ms: f64,
     jitter: Option<f64>,
     servers: Option<u32>,
+    quota: Option<QuotaFile>,
     #[serde(default)]
     phase: Vec<PhaseFile>,
+}
+
+/// A request quota per fixed window.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaFile {
+    requests: u64,
+    window_s: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -251,6 +260,25 @@ fn provider(
     check(p.servers.is_none_or(|c| c >= 1), || {
         format!("{}: must be at least 1", field("servers"))
     })?;
+    let quota = match &p.quota {
+        Some(q) => {
+            check(q.requests >= 1, || {
+                format!("{}: must be at least 1", field("quota.requests"))
+            })?;
+            check(q.window_s.is_finite() && q.window_s >= 1.0, || {
+                format!(
+                    "{}: {} is under 1 second",
+                    field("quota.window_s"),
+                    q.window_s
+                )
+            })?;
+            Some(QuotaSpec {
+                requests: q.requests,
+                window: (q.window_s * SEC as f64) as Micros,
+            })
+        }
+        None => None,
+    };
     let mut phases: Vec<Phase> = Vec::new();
     for (j, ph) in p.phase.iter().enumerate() {
         let pf = |k: &str| format!("provider[{i}].phase[{j}].{k}");
@@ -351,6 +379,7 @@ fn provider(
         jitter,
         servers: p.servers,
         phases,
+        quota,
     })
 }
 

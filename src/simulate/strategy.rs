@@ -278,6 +278,7 @@ mod tests {
         Response {
             latency: ms * 1000,
             reply: Reply::Ok,
+            quota: None,
         }
     }
 
@@ -316,6 +317,7 @@ mod tests {
                 code: 503,
                 retry_after_s: None,
             },
+            quota: None,
         };
         s.finished(1, 0, &fail);
         // One failure among two samples: mean 5 s, worse than 100 ms.

@@ -11,8 +11,8 @@ use super::clock::{Micros, MS, SEC};
 use super::provider::{Providers, Reply, Response};
 use super::strategy::Strategy;
 use crate::routing::{
-    self, CandidateStats, ErrorKind, Mode, Outcome, OwnedInflightGuard, RoutingParams, SplitMix64,
-    WaitGuard,
+    self, CandidateStats, ErrorKind, Mode, Outcome, OwnedInflightGuard, QuotaKind, RoutingParams,
+    SplitMix64, WaitGuard,
 };
 use std::sync::Arc;
 
@@ -33,6 +33,8 @@ pub struct Variant {
     pub retry_after: bool,
     /// Answers build the congestion discount ([`crate::routing::congestion`]).
     pub congestion: bool,
+    /// Announced quotas pace the candidate ([`crate::routing::quota`]).
+    pub pacing: bool,
 }
 
 impl Variant {
@@ -49,19 +51,21 @@ impl Variant {
         wait_age: false,
         retry_after: false,
         congestion: false,
+        pacing: false,
     };
 
     /// One line saying how this variant routes.
     pub fn describe(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
         format!(
-            "exploit_k {}, ewma_alpha {}, probe_floor {}, waiting age {}, Retry-After {}, congestion discount {}",
+            "exploit_k {}, ewma_alpha {}, probe_floor {}, waiting age {}, Retry-After {}, congestion discount {}, quota pacing {}",
             self.params.exploit_k,
             self.params.ewma_alpha,
             self.params.probe_floor,
             on(self.wait_age),
             on(self.retry_after),
-            on(self.congestion)
+            on(self.congestion),
+            on(self.pacing)
         )
     }
 
@@ -73,6 +77,17 @@ impl Variant {
             wait_age: true,
             retry_after: true,
             congestion: true,
+            pacing: true,
+        }
+    }
+
+    /// `current` without quota pacing: what a `429` and its `Retry-After` alone achieve, the
+    /// yardstick of the quota scenario.
+    pub fn back_off_only_of(current: Variant) -> Variant {
+        Variant {
+            label: "sturnus (back-off only)",
+            pacing: false,
+            ..current
         }
     }
 }
@@ -151,6 +166,15 @@ impl Strategy for Sturnus {
             Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, alpha),
             outcome => stats.record_outcome(outcome, alpha),
         }
+        if let (true, Some(q)) = (self.variant.pacing, response.quota) {
+            stats.observe_quota(
+                QuotaKind::Requests,
+                q.remaining,
+                Some(q.limit),
+                Some(q.reset_in),
+                now,
+            );
+        }
         if let (true, Some(secs)) = (self.variant.retry_after, retry_after_s) {
             stats.back_off_until(now + secs * SEC);
         }
@@ -169,6 +193,7 @@ mod tests {
                 code: 429,
                 retry_after_s: Some(3),
             },
+            quota: None,
         }
     }
 
