@@ -315,7 +315,7 @@ mod tests {
         // (6000 - 200·t - 300) / (60 - t), well below 200/s.
         drive(&q, 6000, 200.0, 0, 10, 200_000);
         let f = q.factor(10 * S);
-        assert!(f < 0.6 && f >= MIN_FACTOR, "{f}");
+        assert!((MIN_FACTOR..0.6).contains(&f), "{f}");
     }
 
     #[test]
