@@ -42,6 +42,20 @@ impl Quota {
         *self == Quota::default()
     }
 
+    /// Sets the figure `field` (`remaining`, `limit` or `reset`) from a header's `value`,
+    /// the reset read by `reset`; an unknown field or a malformed value sets nothing.
+    fn set(&mut self, field: &str, value: Option<&str>, reset: impl Fn(&str) -> Option<Duration>) {
+        let Some(value) = value else {
+            return;
+        };
+        match field {
+            "remaining" => self.remaining = count(value),
+            "limit" => self.limit = count(value),
+            "reset" => self.reset = reset(value),
+            _ => {}
+        }
+    }
+
     /// The first announced figure of each field, `self`'s before `other`'s.
     fn or(self, other: Quota) -> Quota {
         Quota {
@@ -54,25 +68,68 @@ impl Quota {
 
 impl RateLimits {
     /// Reads the quota headers of a response received at `now` (OpenAI-style ones win where a
-    /// provider sends both families).
+    /// provider sends both families). One pass over the header names, allocation-free: a
+    /// response without quota headers costs a prefix comparison per header.
     pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> RateLimits {
-        let openai = |kind: &str| Quota {
-            remaining: count(headers, &format!("x-ratelimit-remaining-{kind}")),
-            limit: count(headers, &format!("x-ratelimit-limit-{kind}")),
-            reset: text(headers, &format!("x-ratelimit-reset-{kind}")).and_then(go_duration),
-        };
-        let anthropic = |kind: &str| Quota {
-            remaining: count(headers, &format!("anthropic-ratelimit-{kind}-remaining")),
-            limit: count(headers, &format!("anthropic-ratelimit-{kind}-limit")),
-            reset: text(headers, &format!("anthropic-ratelimit-{kind}-reset"))
-                .and_then(|v| until_rfc3339(v, now)),
-        };
-        RateLimits {
-            requests: openai("requests").or(anthropic("requests")),
-            tokens: openai("tokens").or(anthropic("tokens")),
-            input_tokens: anthropic("input-tokens"),
-            output_tokens: anthropic("output-tokens"),
+        // OpenAI-style requests and tokens; Anthropic requests, tokens, input and output tokens.
+        let mut openai = [Quota::default(); 2];
+        let mut anthropic = [Quota::default(); 4];
+        for name in headers.keys() {
+            let n = name.as_str();
+            if let Some(rest) = n.strip_prefix("x-ratelimit-") {
+                // `x-ratelimit-{field}-{kind}`
+                let Some((field, kind)) = rest.split_once('-') else {
+                    continue;
+                };
+                let slot = match kind {
+                    "requests" => 0,
+                    "tokens" => 1,
+                    _ => continue,
+                };
+                let value = text(headers, name);
+                openai[slot].set(field, value, go_duration);
+            } else if let Some(rest) = n.strip_prefix("anthropic-ratelimit-") {
+                // `anthropic-ratelimit-{kind}-{field}`
+                let Some((kind, field)) = rest.rsplit_once('-') else {
+                    continue;
+                };
+                let slot = match kind {
+                    "requests" => 0,
+                    "tokens" => 1,
+                    "input-tokens" => 2,
+                    "output-tokens" => 3,
+                    _ => continue,
+                };
+                let value = text(headers, name);
+                anthropic[slot].set(field, value, |v| until_rfc3339(v, now));
+            }
         }
+        RateLimits {
+            requests: openai[0].or(anthropic[0]),
+            tokens: openai[1].or(anthropic[1]),
+            input_tokens: anthropic[2],
+            output_tokens: anthropic[3],
+        }
+    }
+
+    /// The token quota closest to running out: of `tokens`, `input_tokens` and
+    /// `output_tokens` (Anthropic announces all three), the announced one with the lowest
+    /// remaining ÷ limit (an exhausted one first; one without a limit counts as full), or
+    /// an empty quota when none announced a remaining count.
+    pub fn tightest_tokens(&self) -> Quota {
+        let fill = |q: &Quota| match (q.remaining, q.limit) {
+            (Some(0), _) => 0.0,
+            (Some(r), Some(l)) if l > 0 => r as f64 / l as f64,
+            _ => 1.0,
+        };
+        [self.tokens, self.input_tokens, self.output_tokens]
+            .into_iter()
+            .filter(|q| q.remaining.is_some())
+            .fold(None, |best: Option<Quota>, q| match best {
+                Some(b) if fill(&b) <= fill(&q) => Some(b),
+                _ => Some(q),
+            })
+            .unwrap_or_default()
     }
 
     /// Whether the response announced no quota at all.
@@ -103,13 +160,12 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 }
 
 /// A header's (first) value as trimmed text, if present and visible ASCII.
-fn text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+fn text<K: http::header::AsHeaderName>(headers: &HeaderMap, name: K) -> Option<&str> {
     headers.get(name)?.to_str().ok().map(str::trim)
 }
 
-/// A header's value as a non-negative integer count.
-fn count(headers: &HeaderMap, name: &str) -> Option<u64> {
-    let v = text(headers, name)?;
+/// A header value as a non-negative integer count.
+fn count(v: &str) -> Option<u64> {
     // `u64::from_str` accepts a leading '+'; a count is digits only.
     (!v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()))
         .then(|| v.parse().ok())

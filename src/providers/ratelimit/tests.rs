@@ -225,6 +225,77 @@ fn missing_and_malformed_quota_headers_yield_nothing() {
 }
 
 #[test]
+fn the_tightest_token_quota_is_the_one_closest_to_running_out() {
+    let h = headers(&[
+        ("anthropic-ratelimit-tokens-limit", "90000"),
+        ("anthropic-ratelimit-tokens-remaining", "45000"),
+        ("anthropic-ratelimit-input-tokens-limit", "40000"),
+        ("anthropic-ratelimit-input-tokens-remaining", "30000"),
+        ("anthropic-ratelimit-output-tokens-limit", "8000"),
+        ("anthropic-ratelimit-output-tokens-remaining", "800"),
+        (
+            "anthropic-ratelimit-output-tokens-reset",
+            "2024-04-17T18:29:10Z",
+        ),
+    ]);
+    let got = RateLimits::from_headers(&h, now());
+    assert_eq!(
+        got.tightest_tokens(),
+        Quota {
+            remaining: Some(800),
+            limit: Some(8000),
+            reset: secs(10.0),
+        }
+    );
+    // An exhausted quota is the tightest even without a limit; one without a remaining count
+    // is not a reading.
+    let h = headers(&[
+        ("anthropic-ratelimit-tokens-limit", "90000"),
+        ("anthropic-ratelimit-tokens-remaining", "10"),
+        ("anthropic-ratelimit-input-tokens-remaining", "0"),
+        ("anthropic-ratelimit-output-tokens-limit", "8000"),
+    ]);
+    let got = RateLimits::from_headers(&h, now()).tightest_tokens();
+    assert_eq!(got.remaining, Some(0));
+    // OpenAI-style: the one token quota.
+    let h = headers(&[
+        ("x-ratelimit-remaining-tokens", "5"),
+        ("x-ratelimit-limit-tokens", "10"),
+    ]);
+    let got = RateLimits::from_headers(&h, now()).tightest_tokens();
+    assert_eq!((got.remaining, got.limit), (Some(5), Some(10)));
+    assert!(RateLimits::from_headers(&HeaderMap::new(), now())
+        .tightest_tokens()
+        .is_empty());
+}
+
+#[test]
+fn unknown_quota_kinds_and_fields_are_ignored() {
+    let h = headers(&[
+        ("x-ratelimit-remaining-images", "3"),
+        ("x-ratelimit-remaining", "3"),
+        ("x-ratelimit-used-requests", "3"),
+        ("x-ratelimit-remaining-requests-extra", "3"),
+        ("anthropic-ratelimit-images-remaining", "3"),
+        ("anthropic-ratelimit-requests-used", "3"),
+        ("anthropic-ratelimit-", "3"),
+        ("anthropic-ratelimit-remaining", "3"),
+        ("x-other", "1"),
+    ]);
+    let got = RateLimits::from_headers(&h, now());
+    assert!(got.is_empty(), "{got:?}");
+    // The first of repeated values counts.
+    let h = headers(&[
+        ("x-ratelimit-remaining-requests", "7"),
+        ("x-ratelimit-remaining-requests", "8"),
+    ]);
+    assert_eq!(
+        RateLimits::from_headers(&h, now()).requests.remaining,
+        Some(7)
+    );
+}
+
+#[test]
 fn retry_after_in_every_form() {
     let wait = |pairs: &[(&str, &str)]| retry_after(&headers(pairs), now());
     assert_eq!(wait(&[("retry-after", "30")]), secs(30.0));
