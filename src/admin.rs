@@ -5,7 +5,7 @@
 
 use crate::api::respond;
 use crate::app::App;
-use crate::routing::{ErrorKind, Mode};
+use crate::routing::{now_us, CandidateStats, ErrorKind, Mode, QuotaKind, QuotaView};
 use pingora_core::Result;
 use pingora_proxy::Session;
 use serde_json::{json, Value};
@@ -105,6 +105,7 @@ pub fn models(app: &App) -> Value {
 /// every distinct candidate; never any secret.
 pub fn status(app: &App) -> Value {
     let params = &app.catalog.params;
+    let now = now_us();
     let aliases: Vec<Value> = app
         .catalog
         .aliases
@@ -142,6 +143,8 @@ pub fn status(app: &App) -> Value {
                         "failures": s.failures(),
                         "client_errors": s.client_errors(),
                         "last_error": last_error(s.last_error()),
+                        "quota": quota(s, now),
+                        "pacing": s.pacing(now),
                     })
                 })
                 .collect();
@@ -184,6 +187,25 @@ fn budget(app: &App) -> Value {
     })
 }
 
+/// The last quota reading of each kind as `{"remaining", "limit", "reset_in_ms"}` (`limit` and
+/// `reset_in_ms` `null` when not announced; `reset_in_ms` 0 once the reset is past), or `null`
+/// for a kind never announced.
+fn quota(stats: &CandidateStats, now_us: u64) -> Value {
+    let reading = |view: Option<QuotaView>| match view {
+        None => Value::Null,
+        Some(v) => json!({
+            "remaining": v.remaining,
+            "limit": v.limit,
+            "reset_in_ms": v.reset_at_us.map(|at| at.saturating_sub(now_us) / 1000),
+        }),
+    };
+    let mut out = serde_json::Map::new();
+    for kind in QuotaKind::ALL {
+        out.insert(kind.as_str().into(), reading(stats.quota(kind)));
+    }
+    Value::Object(out)
+}
+
 /// The last error as `{"kind", "at", "at_unix_ms"}` (`at` in RFC 3339, UTC), or `null`.
 fn last_error(last: Option<(ErrorKind, u64)>) -> Value {
     let Some((kind, ms)) = last else {
@@ -207,5 +229,27 @@ mod tests {
         assert_eq!(v["kind"], "timeout");
         assert_eq!(v["at"], "2023-11-14T22:13:20.123Z");
         assert_eq!(v["at_unix_ms"], 1_700_000_000_123u64);
+    }
+
+    #[test]
+    fn quotas_show_the_last_reading_of_each_kind() {
+        let stats = CandidateStats::new();
+        assert_eq!(quota(&stats, 0), json!({"requests": null, "tokens": null}));
+        stats.observe_quota(
+            QuotaKind::Requests,
+            42,
+            Some(100),
+            Some(1_234_000),
+            5_000_000,
+        );
+        stats.observe_quota(QuotaKind::Tokens, 7, None, None, 5_000_000);
+        assert_eq!(
+            quota(&stats, 5_000_000),
+            json!({
+                "requests": {"remaining": 42, "limit": 100, "reset_in_ms": 1234},
+                "tokens": {"remaining": 7, "limit": null, "reset_in_ms": null},
+            })
+        );
+        assert_eq!(quota(&stats, 9_000_000)["requests"]["reset_in_ms"], 0);
     }
 }

@@ -7,7 +7,7 @@
 
 use crate::catalog::Catalog;
 use crate::providers::Provider;
-use crate::routing::{ErrorKind, Mode};
+use crate::routing::{ErrorKind, Mode, QuotaKind};
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -64,6 +64,9 @@ pub struct Metrics {
     buffer_rejections: IntCounter,
     /// `sturnus_provider_healthy` of each provider with an active health check.
     provider_healthy: Vec<(Arc<Provider>, IntGauge)>,
+    /// `sturnus_quota_remaining_ratio`: its series appear once a candidate's provider announces
+    /// a quota with a limit.
+    quota_ratio: GaugeVec,
     /// Per alias (config order): its candidate series and routed-request counts.
     aliases: Vec<AliasSeries>,
     by_name: HashMap<String, usize>,
@@ -168,6 +171,14 @@ impl Metrics {
             ),
             &CANDIDATE_LABELS,
         )?;
+        let quota_ratio = GaugeVec::new(
+            Opts::new(
+                "sturnus_quota_remaining_ratio",
+                "Remaining / limit of the quota the candidate's provider last announced, by kind \
+                 (requests or tokens); present once a provider announced a quota with a limit.",
+            ),
+            &[CANDIDATE_LABELS.as_slice(), &["kind"]].concat(),
+        )?;
         let build_info = IntGaugeVec::new(
             Opts::new("sturnus_build_info", "Always 1; the version is a label."),
             &["version"],
@@ -198,6 +209,7 @@ impl Metrics {
         registry.register(Box::new(buffer_rejections.clone()))?;
         registry.register(Box::new(inflight.clone()))?;
         registry.register(Box::new(share.clone()))?;
+        registry.register(Box::new(quota_ratio.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(healthy))?;
 
@@ -246,6 +258,7 @@ impl Metrics {
             registry,
             buffer_rejections,
             provider_healthy,
+            quota_ratio,
             aliases,
             by_name,
         };
@@ -304,9 +317,33 @@ impl Metrics {
         }
     }
 
-    /// The exposition text, with shares and provider health refreshed from the live state.
+    /// Refreshes the quota gauges from each candidate's last quota reading that had a limit.
+    fn update_quotas(&self, catalog: &Catalog) {
+        for alias in &catalog.aliases {
+            let Some(&i) = self.by_name.get(&alias.name) else {
+                continue;
+            };
+            for (candidate, series) in alias.candidates.iter().zip(&self.aliases[i].candidates) {
+                for kind in QuotaKind::ALL {
+                    let Some(view) = candidate.stats.quota(kind) else {
+                        continue;
+                    };
+                    let Some(limit) = view.limit.filter(|&l| l > 0) else {
+                        continue;
+                    };
+                    self.quota_ratio
+                        .with_label_values(&with_extra(&series.labels, kind.as_str()))
+                        .set(view.remaining as f64 / limit as f64);
+                }
+            }
+        }
+    }
+
+    /// The exposition text, with shares, quotas and provider health refreshed from the live
+    /// state.
     pub fn render(&self, catalog: &Catalog) -> Vec<u8> {
         self.update_shares(catalog);
+        self.update_quotas(catalog);
         for (provider, gauge) in &self.provider_healthy {
             gauge.set(i64::from(provider.health.is_healthy()));
         }
@@ -451,6 +488,30 @@ solo = [{ provider = "b", model = "m2" }]
         }
         assert!(t.contains("sturnus_routing_share{alias=\"solo\",model=\"m2\",provider=\"b\"} 1"));
         assert!(t.contains("sturnus_routing_share{alias=\"fast\",model=\"m1\",provider=\"a\"} 0.5"));
+    }
+
+    #[test]
+    fn quota_ratios_appear_once_a_provider_announces_a_limit() {
+        let c = catalog();
+        let m = Metrics::new(&c).unwrap();
+        assert!(!text(&m, &c).contains("sturnus_quota_remaining_ratio{"));
+        let b = &c.aliases[0].candidates[1].stats;
+        // No limit: nothing to divide by, no series.
+        b.observe_quota(QuotaKind::Tokens, 10, None, None, 1);
+        assert!(!text(&m, &c).contains("sturnus_quota_remaining_ratio{"));
+        b.observe_quota(QuotaKind::Requests, 25, Some(100), Some(1_000_000), 2);
+        let t = text(&m, &c);
+        // Candidate b/m2 is listed by both aliases: one series per alias.
+        for alias in ["fast", "solo"] {
+            let line = format!(
+                "sturnus_quota_remaining_ratio{{alias=\"{alias}\",kind=\"requests\",model=\"m2\",provider=\"b\"}} 0.25"
+            );
+            assert!(t.contains(&line), "{line} missing in\n{t}");
+        }
+        assert!(!t.contains("kind=\"tokens\""), "{t}");
+        assert!(!t.contains(
+            "sturnus_quota_remaining_ratio{alias=\"fast\",kind=\"requests\",model=\"m1\""
+        ));
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod forward;
 pub mod header_guard;
 pub mod intake;
 mod overhead;
+mod quota;
 pub mod relay;
 mod upstream_request;
 

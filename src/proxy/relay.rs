@@ -27,7 +27,7 @@ pub static AFFINITY_NAME: http::HeaderName = http::HeaderName::from_static(AFFIN
 static PROVIDER_NAME: http::HeaderName = http::HeaderName::from_static(PROVIDER_HEADER);
 
 /// Longest `Retry-After` honoured, so one odd header cannot bench a candidate for hours.
-const MAX_RETRY_AFTER_SECS: u64 = 300;
+pub(super) const MAX_RETRY_AFTER_SECS: u64 = 300;
 
 /// Marks the moment the request went upstream (start of time-to-first-chunk and end of the
 /// overhead before it, less `connecting`, the time spent opening a new connection) and counts
@@ -58,8 +58,8 @@ fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
     }
 }
 
-/// sturnus's `response_filter`: notes the provider's status and adds sturnus's headers to its
-/// response. Every header the provider sent reaches the client with its value unchanged, except
+/// sturnus's `response_filter`: notes the provider's status and the quota it announces, and
+/// adds sturnus's headers to its response. Every header the provider sent reaches the client with its value unchanged, except
 /// its hop-by-hop ones (`Keep-Alive`, `Proxy-Connection` and those its `Connection` names;
 /// Pingora's server writes `Connection` and `Date` itself, as for any proxied answer).
 /// sturnus adds [`AFFINITY_HEADER`] and [`PROVIDER_HEADER`], and `x-request-id` (its own) only
@@ -71,6 +71,7 @@ fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
 pub fn response_filter(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
     ctx.status = Some(resp.status.as_u16());
     honour_retry_after(resp, ctx);
+    super::quota::observe(resp, ctx);
     let empty = ResponseHeader::from(http::Response::new(()).into_parts().0);
     let mut parts: http::response::Parts = std::mem::replace(resp, empty).into();
     let headers = &mut parts.headers;

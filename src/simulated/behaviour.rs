@@ -1,11 +1,14 @@
 //! Live-tunable behaviour of one simulated provider.
 //!
-//! Every knob is an atomic so the demo or a test can change it while requests are in flight;
-//! the server reads the current values once per request.
+//! Every knob is an atomic (the request quota's window count sits behind a lock taken only
+//! while a quota is set) so the demo or a test can change it while requests are in flight; the
+//! server reads the current values once per request.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use super::quota::{QuotaHeaders, RequestQuota, Verdict};
 
 /// Content chunks a streaming answer has unless told otherwise.
 pub const DEFAULT_CHUNKS: u32 = 5;
@@ -118,6 +121,8 @@ pub struct Behaviour {
     fault: AtomicU64,
     /// The status `.../health` answers (when no fault applies).
     health_status: AtomicU32,
+    /// Requests allowed per window, announced in rate-limit headers (off by default).
+    quota: RequestQuota,
 }
 
 impl fmt::Debug for Behaviour {
@@ -129,6 +134,7 @@ impl fmt::Debug for Behaviour {
             .field("failure_every", &self.failure_every())
             .field("fault", &self.fault())
             .field("health_status", &self.health_status())
+            .field("request_quota", &self.request_quota())
             .finish()
     }
 }
@@ -152,6 +158,7 @@ impl Behaviour {
             failure_counter: AtomicU64::new(0),
             fault: AtomicU64::new(0),
             health_status: AtomicU32::new(200),
+            quota: RequestQuota::default(),
         }
     }
 
@@ -250,6 +257,24 @@ impl Behaviour {
     /// The status the health endpoint answers.
     pub fn health_status(&self) -> u16 {
         u16::try_from(self.health_status.load(Ordering::Relaxed)).unwrap_or(500)
+    }
+
+    /// Gives the provider a quota of `limit` API requests per `window` (windows back to back,
+    /// the first starting now), announced on every answer in `headers`' rate-limit headers
+    /// (limit, remaining, time to reset); once a window's quota is used up, requests are
+    /// answered `429` with `Retry-After` until it resets. A zero `limit` turns it off.
+    pub fn set_request_quota(&self, limit: u64, window: Duration, headers: QuotaHeaders) {
+        self.quota.set(limit, window, headers);
+    }
+
+    /// The request quota: limit, window and header family, if set.
+    pub fn request_quota(&self) -> Option<(u64, Duration, QuotaHeaders)> {
+        self.quota.get()
+    }
+
+    /// Counts one API request against the quota, appending its rate-limit headers to `out`.
+    pub(crate) fn take_quota(&self, out: &mut Vec<u8>) -> Verdict {
+        self.quota.take(Instant::now(), out)
     }
 }
 

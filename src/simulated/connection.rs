@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 use super::behaviour::Fault;
 use super::chunked::{ChunkedDecoder, ChunkedError};
 use super::http::{parse_head, BodyFraming, Head, HeadError, Route, MAX_BODY_BYTES};
+use super::quota::Verdict;
 use super::responses::{
     push_chat_body, push_completion_body, push_embedding_body, push_error_body, push_json_head,
     push_json_response, push_response_object, push_stream_head, sane_status, Conn, Ctx,
@@ -241,6 +242,11 @@ impl Connection<'_> {
             shared.connections.reused(answered_before);
         }
         self.refresh_headers();
+        if head.route.is_api() && behaviour.take_quota(&mut self.headers) == Verdict::Refuse {
+            return self
+                .send_error_as_is(429, "Rate limit reached for requests", conn)
+                .await;
+        }
         let (latency, _in_progress) = behaviour.admit();
         if !latency.is_zero() && !self.pause(latency).await {
             return Flow::Abort;
@@ -512,15 +518,20 @@ impl Connection<'_> {
         }
     }
 
-    /// Sends an OpenAI error response.
+    /// Sends an OpenAI error response (a 429 with `retry-after: 1`).
     async fn send_error(&mut self, status: u16, message: &str, conn: Conn) -> Flow {
+        if sane_status(status) == 429 {
+            self.headers.extend_from_slice(RETRY_AFTER);
+        }
+        self.send_error_as_is(status, message, conn).await
+    }
+
+    /// Sends an OpenAI error response with the current headers only.
+    async fn send_error_as_is(&mut self, status: u16, message: &str, conn: Conn) -> Flow {
         let status = sane_status(status);
         self.scratch.clear();
         push_error_body(&mut self.scratch, status, message);
         self.out.clear();
-        if status == 429 {
-            self.headers.extend_from_slice(RETRY_AFTER);
-        }
         push_json_response(&mut self.out, status, &self.headers, conn, &self.scratch);
         if self.write_out().await {
             after(conn)

@@ -27,6 +27,14 @@ pub(crate) enum Route {
 }
 
 impl Route {
+    /// Whether this is one of the API's endpoints (what a request quota counts).
+    pub(crate) fn is_api(self) -> bool {
+        matches!(
+            self,
+            Route::Chat | Route::Completions | Route::Embeddings | Route::Responses
+        )
+    }
+
     /// Routes a path (query already removed).
     pub(crate) fn of(path: &str) -> Route {
         let path = path.strip_suffix('/').unwrap_or(path);

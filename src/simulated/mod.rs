@@ -8,13 +8,16 @@
 //! Routes are matched by path suffix, so any prefix works: `.../chat/completions`,
 //! `.../completions`, `.../embeddings`, `.../responses`, and `.../health` (a health endpoint
 //! whose status a test sets); anything else is a 404 in OpenAI's error format. Responses, SSE
-//! streams and errors follow OpenAI's wire formats.
+//! streams and errors follow OpenAI's wire formats. A provider can be given a request quota
+//! per window ([`Behaviour::set_request_quota`]), announced in OpenAI- or Anthropic-style
+//! rate-limit headers and enforced with `429` and `Retry-After`.
 
 mod accounting;
 mod behaviour;
 mod chunked;
 mod connection;
 mod http;
+mod quota;
 mod record;
 mod responses;
 mod server;
@@ -31,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 
 pub use behaviour::{Behaviour, Fault, DEFAULT_CHUNKS};
+pub use quota::QuotaHeaders;
 pub use record::{RecordedRequest, RECORD_CAP};
 
 use server::{accept_loop, ListenerSlot, Shared};

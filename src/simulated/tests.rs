@@ -436,6 +436,57 @@ async fn failure_every_fails_deterministically_with_openai_errors() {
 }
 
 #[tokio::test]
+async fn a_request_quota_is_announced_and_enforced_per_window() {
+    let p = start("limited").await;
+    p.behaviour
+        .set_request_quota(2, Duration::from_millis(600), super::QuotaHeaders::OpenAi);
+    let mut c = Client::connect(p.addr).await;
+    // The health endpoint does not count.
+    let r = c
+        .request(b"GET /health HTTP/1.1\r\nhost: sim\r\n\r\n")
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-ratelimit-remaining-requests"), None);
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+        assert_eq!(r.header("x-ratelimit-limit-requests"), Some("2"));
+        assert!(r
+            .header("x-ratelimit-reset-requests")
+            .unwrap()
+            .ends_with('s'));
+        seen.push((
+            r.status,
+            r.header("x-ratelimit-remaining-requests")
+                .map(str::to_owned),
+        ));
+        if r.status == 429 {
+            assert_eq!(r.header("retry-after"), Some("1"));
+            let ms: u64 = r.header("retry-after-ms").unwrap().parse().unwrap();
+            assert!((1..=600).contains(&ms), "{ms}");
+            assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+        }
+    }
+    if started.elapsed() < Duration::from_millis(500) {
+        let s = |n: &str| Some(n.to_owned());
+        assert_eq!(seen, [(200, s("1")), (200, s("0")), (429, s("0"))]);
+    }
+    // A new window starts full.
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    let r = c
+        .request(&post("/v1/embeddings", r#"{"input":"x"}"#, ""))
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("x-ratelimit-remaining-requests").is_some());
+    p.behaviour
+        .set_request_quota(0, Duration::ZERO, super::QuotaHeaders::OpenAi);
+    let r = c.request(&post("/v1/chat/completions", CHAT, "")).await;
+    assert_eq!(r.header("x-ratelimit-remaining-requests"), None);
+    assert!(p.behaviour.request_quota().is_none());
+}
+
+#[tokio::test]
 async fn requests_are_recorded_with_headers_query_and_body() {
     let p = start("rec").await;
     let mut c = Client::connect(p.addr).await;

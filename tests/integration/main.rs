@@ -19,6 +19,7 @@ mod observability;
 mod overhead;
 mod passthrough;
 mod providers;
+mod quota;
 mod routing;
 mod shutdown;
 mod simulate;

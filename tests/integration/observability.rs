@@ -926,13 +926,21 @@ fn metric_names(text: &str, families: &BTreeMap<String, String>) -> BTreeSet<Str
 
 #[test]
 fn docs_and_dashboard_name_only_real_metrics() {
-    // The provider has a health check, so that every family has a series.
+    // The provider has a health check and has announced a quota, so that every family has a
+    // series.
     let config = sturnus::config::Config::parse(
         "[provider.p]\nbase_url = \"http://127.0.0.1:9/v1\"\nhealth_check = { path = \"/health\" }\n[model]\na = [{ provider = \"p\", model = \"m\" }]\n",
         &|_| None,
     )
     .unwrap();
     let catalog = sturnus::catalog::Catalog::build(&config).unwrap();
+    catalog.candidates[0].stats.observe_quota(
+        sturnus::routing::QuotaKind::Requests,
+        1,
+        Some(2),
+        None,
+        0,
+    );
     let metrics = sturnus::observe::Metrics::new(&catalog).unwrap();
     let text = String::from_utf8(metrics.render(&catalog)).unwrap();
     let families = Exposition::parse(&text).unwrap().types;
