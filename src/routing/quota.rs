@@ -3,7 +3,7 @@
 //! meeting a `429` at the end of it.
 //!
 //! Every response may carry the quota's `remaining` count and the time to its reset (see
-//! [`crate::providers::ratelimit`]). Many sidecars share one provider key and all read the same
+//! `providers::ratelimit`). Many sidecars share one provider key and all read the same
 //! count, so the rate at which `remaining` falls between two of this sidecar's readings is the
 //! **fleet's** rate `r` (an EWMA of the counts used over an EWMA of the time between readings).
 //! The rate that just fits is `r* = (remaining − reserve) / time_to_reset`, with a reserve of

@@ -57,14 +57,7 @@ fn chats(sim: &SimProvider) -> usize {
 
 /// `/status` → the candidate of alias `fast` served by `provider`.
 async fn candidate(proxy: &Proxy, provider: &str) -> serde_json::Value {
-    let status = proxy.status().await;
-    status["aliases"][0]["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["provider"] == provider)
-        .unwrap()
-        .clone()
+    common::status_candidate(&proxy.status().await, provider).clone()
 }
 
 /// Waits (up to 10 s) until `/status` shows `provider` unhealthy (`true`) or not.

@@ -74,12 +74,7 @@ async fn drive_until(proxy: &Arc<Proxy>, workers: usize, until: Instant) -> Vec<
 }
 
 fn candidate<'s>(status: &'s serde_json::Value, provider: &str) -> &'s serde_json::Value {
-    status["aliases"][0]["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["provider"] == provider)
-        .unwrap()
+    common::status_candidate(status, provider)
 }
 
 #[tokio::test(flavor = "multi_thread")]

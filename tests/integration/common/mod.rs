@@ -113,6 +113,17 @@ pub async fn chat_ok(client: &reqwest::Client, url: &str, stream: bool) -> reqwe
     resp
 }
 
+/// The candidate served by `provider` in the first alias of a `/status` document.
+pub fn status_candidate<'s>(
+    status: &'s serde_json::Value,
+    provider: &str,
+) -> &'s serde_json::Value {
+    status["aliases"][0]["candidates"]
+        .as_array()
+        .and_then(|cands| cands.iter().find(|c| c["provider"] == provider))
+        .unwrap_or_else(|| panic!("no candidate of provider {provider} in {status}"))
+}
+
 /// The provider that served `resp` (its `x-sturnus-provider` header).
 pub fn served_by(resp: &reqwest::Response) -> String {
     resp.headers()["x-sturnus-provider"]
