@@ -2,6 +2,7 @@
 
 use super::reader::{join, Reader};
 use super::schema::RoutingConfig;
+use crate::routing::{ParamRange, RoutingParams};
 use std::time::Duration;
 use toml::{Table, Value};
 
@@ -31,36 +32,13 @@ pub(crate) fn read_routing(r: &mut Reader, value: Option<&Value>) -> RoutingConf
         return out;
     };
     r.unknown_keys("routing", table, KEYS);
+    float(r, table, RoutingParams::EWMA_ALPHA, &mut out.ewma_alpha);
+    float(r, table, RoutingParams::EXPLOIT_K, &mut out.exploit_k);
+    float(r, table, RoutingParams::PROBE_FLOOR, &mut out.probe_floor);
     float(
         r,
         table,
-        "ewma_alpha",
-        |x| x > 0.0 && x <= 1.0,
-        "> 0 and <= 1",
-        &mut out.ewma_alpha,
-    );
-    float(
-        r,
-        table,
-        "exploit_k",
-        |x| x > 0.0 && x <= 20.0,
-        "> 0 and <= 20",
-        &mut out.exploit_k,
-    );
-    float(
-        r,
-        table,
-        "probe_floor",
-        |x| (0.0..=0.5).contains(&x),
-        ">= 0 and <= 0.5",
-        &mut out.probe_floor,
-    );
-    float(
-        r,
-        table,
-        "error_threshold",
-        |x| x > 0.0 && x <= 1.0,
-        "> 0 and <= 1",
+        RoutingParams::ERROR_THRESHOLD,
         &mut out.error_threshold,
     );
     seconds(r, table, "connect_timeout_secs", &mut out.connect_timeout);
@@ -75,13 +53,14 @@ pub(crate) fn read_routing(r: &mut Reader, value: Option<&Value>) -> RoutingConf
 }
 
 /// Reads a float (or integer) key into `slot` when present and `ok`.
-fn float(r: &mut Reader, t: &Table, key: &str, ok: fn(f64) -> bool, rule: &str, slot: &mut f64) {
-    let Some(v) = t.get(key) else { return };
-    let path = join("routing", key);
+fn float(r: &mut Reader, t: &Table, range: ParamRange, slot: &mut f64) {
+    let Some(v) = t.get(range.key) else { return };
+    let path = join("routing", range.key);
     if let Some(x) = r.number(&path, v) {
-        if ok(x) {
+        if (range.ok)(x) {
             *slot = x;
         } else {
+            let rule = range.rule;
             r.problem(&path, format_args!("{x} is out of range (must be {rule})"));
         }
     }

@@ -31,7 +31,8 @@ pub use quota::{QuotaKind, QuotaView};
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
     choose, choose_at, pick_index, shares, shares_for, shares_for_at, weights, weights_for, Choice,
-    RoutingParams, COLD_WEIGHT, INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS, WAIT_AGE_FACTOR,
+    ParamRange, RoutingParams, COLD_WEIGHT, INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS,
+    WAIT_AGE_FACTOR,
 };
 pub use tracker::{
     CandidateStats, ErrorKind, Health, InflightGuard, Mode, Outcome, OwnedInflightGuard, Snapshot,

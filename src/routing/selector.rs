@@ -53,20 +53,56 @@ impl Default for RoutingParams {
     }
 }
 
+/// The accepted range of one routing parameter: the single definition that config validation
+/// and [`RoutingParams::check`] both use.
+#[derive(Debug, Clone, Copy)]
+pub struct ParamRange {
+    /// The `[routing]` key.
+    pub key: &'static str,
+    /// Whether a value is in range.
+    pub ok: fn(f64) -> bool,
+    /// The range in words, for error messages ("> 0 and <= 1").
+    pub rule: &'static str,
+}
+
 impl RoutingParams {
-    /// Range check for config validation; the message names the offending field.
-    pub fn check(&self) -> Result<(), &'static str> {
-        if !(self.ewma_alpha > 0.0 && self.ewma_alpha <= 1.0) {
-            return Err("ewma_alpha must be in (0, 1]");
-        }
-        if !(self.exploit_k.is_finite() && self.exploit_k >= 0.0) {
-            return Err("exploit_k must be a finite number >= 0");
-        }
-        if !(self.probe_floor >= 0.0 && self.probe_floor < 1.0) {
-            return Err("probe_floor must be in [0, 1)");
-        }
-        if !(self.error_threshold >= 0.0 && self.error_threshold <= 1.0) {
-            return Err("error_threshold must be in [0, 1]");
+    /// `ewma_alpha`: (0, 1].
+    pub const EWMA_ALPHA: ParamRange = ParamRange {
+        key: "ewma_alpha",
+        ok: |x| x > 0.0 && x <= 1.0,
+        rule: "> 0 and <= 1",
+    };
+    /// `exploit_k`: (0, 20].
+    pub const EXPLOIT_K: ParamRange = ParamRange {
+        key: "exploit_k",
+        ok: |x| x > 0.0 && x <= 20.0,
+        rule: "> 0 and <= 20",
+    };
+    /// `probe_floor`: [0, 0.5].
+    pub const PROBE_FLOOR: ParamRange = ParamRange {
+        key: "probe_floor",
+        ok: |x| (0.0..=0.5).contains(&x),
+        rule: ">= 0 and <= 0.5",
+    };
+    /// `error_threshold`: (0, 1].
+    pub const ERROR_THRESHOLD: ParamRange = ParamRange {
+        key: "error_threshold",
+        ok: |x| x > 0.0 && x <= 1.0,
+        rule: "> 0 and <= 1",
+    };
+
+    /// Range check against the same ranges config validation uses; `Err` names the offending
+    /// key and its range.
+    pub fn check(&self) -> Result<(), String> {
+        for (range, value) in [
+            (Self::EWMA_ALPHA, self.ewma_alpha),
+            (Self::EXPLOIT_K, self.exploit_k),
+            (Self::PROBE_FLOOR, self.probe_floor),
+            (Self::ERROR_THRESHOLD, self.error_threshold),
+        ] {
+            if !(range.ok)(value) {
+                return Err(format!("{} must be {}", range.key, range.rule));
+            }
         }
         Ok(())
     }
@@ -959,7 +995,17 @@ mod tests {
         assert!(bad(|p| p.exploit_k = f64::INFINITY));
         assert!(bad(|p| p.probe_floor = 1.0));
         assert!(bad(|p| p.error_threshold = 1.1));
+        assert!(bad(|p| p.exploit_k = 21.0));
+        assert!(bad(|p| p.probe_floor = 0.6));
         assert!(!bad(|p| p.ewma_alpha = 1.0));
+        let too_sharp = RoutingParams {
+            exploit_k: 0.0,
+            ..RoutingParams::default()
+        };
+        assert_eq!(
+            too_sharp.check(),
+            Err("exploit_k must be > 0 and <= 20".to_string())
+        );
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl SimulateArgs {
         if let Some(a) = self.ewma_alpha {
             v.params.ewma_alpha = a;
         }
-        v.params.check().map_err(str::to_string)?;
+        v.params.check()?;
         v.wait_age &= !self.no_wait_age;
         v.retry_after &= !self.no_retry_after;
         v.congestion &= !self.no_congestion;
