@@ -54,7 +54,7 @@ fn num(v: &Value, key: &str) -> f64 {
 }
 
 /// Every built-in scenario, in the order the report lists them.
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "step",
     "outage",
     "flaky",
@@ -66,6 +66,7 @@ const SCENARIOS: [&str; 11] = [
     "herd-four",
     "herd-step",
     "herd-hosted",
+    "quota",
 ];
 
 #[test]
@@ -130,6 +131,15 @@ fn quick_run_of_every_scenario_meets_the_targets_and_writes_charts() {
             assert_eq!(t["pass"], true, "{}: {t}", sc["name"]);
         }
     }
+
+    // quota: pacing fits the announced quota where back-off alone meets its 429s.
+    let quota = scenario(&report, "quota");
+    let paced = num(row(quota, "sturnus"), "limited");
+    let backed_off = num(row(quota, "sturnus (back-off only)"), "limited");
+    assert!(
+        backed_off > 0.0 && paced <= 0.1 * backed_off,
+        "{paced} vs {backed_off}"
+    );
 
     for name in SCENARIOS {
         let svg = std::fs::read_to_string(out_dir.join(format!("{name}.svg"))).expect("chart");
