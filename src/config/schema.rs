@@ -147,7 +147,7 @@ impl Default for RoutingConfig {
             exploit_k: 6.0,
             probe_floor: 0.01,
             error_threshold: 0.5,
-            prefix_affinity: true,
+            prefix_affinity: crate::routing::rendezvous::PREFIX_AFFINITY_DEFAULT,
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(60),
             max_body_bytes: 32 * 1024 * 1024,

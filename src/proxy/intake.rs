@@ -126,7 +126,10 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         .headers
         .get(&super::relay::AFFINITY_NAME)
         .and_then(|v| v.to_str().ok());
-    let choice = alias.choose_keyed(mode, pin, inspected.conversation_key, &app.catalog.params);
+    // Only a later turn keeps to its conversation's candidate: a first turn (or a one-shot
+    // request) is routed as today, so identical one-shot requests still follow the shares.
+    let conversation = inspected.conversation_key.filter(|_| inspected.continued);
+    let choice = alias.choose_keyed(mode, pin, conversation, &app.catalog.params);
     let candidate = &alias.candidates[choice.index];
     let spliced_len = inspected.spliced_len(&whole.bytes, &candidate.model);
     let provider = candidate.provider.clone();

@@ -7,6 +7,7 @@
 //! until it succeeded, failed attempts and waits included.
 
 use super::clock::{EventQueue, Micros, MS, SEC};
+use super::conversations::{Talk, Turn};
 use super::provider::{Providers, Reply, Response};
 use super::scenario::{Contender, Scenario};
 use super::strategy::Strategy;
@@ -53,6 +54,8 @@ pub struct RequestLog {
     pub attempts: u8,
     /// True when an attempt succeeded.
     pub ok: bool,
+    /// Its place in a conversation (scenarios with conversations).
+    pub turn: Option<Turn>,
 }
 
 /// One attempt, as recorded.
@@ -70,6 +73,8 @@ pub struct AttemptLog {
     pub ok: bool,
     /// True for a `429` answer.
     pub limited: bool,
+    /// True when the provider's prompt cache held its prefix.
+    pub cached: bool,
 }
 
 /// Everything a run produced, in creation order.
@@ -99,6 +104,7 @@ struct Live {
     provider: usize,
     start: Micros,
     response: Option<Response>,
+    cached: bool,
 }
 
 struct Sidecar {
@@ -107,6 +113,8 @@ struct Sidecar {
     rng: SplitMix64,
     /// The client's (retry jitter), kept apart so strategies do not shift each other's draws.
     client: SplitMix64,
+    /// The client's conversations, in a scenario that has them.
+    talk: Option<Talk>,
 }
 
 /// Derives an independent seed for stream `k` from `seed`.
@@ -130,12 +138,16 @@ pub fn run(scenario: &Scenario, contender: Contender, seed: u64) -> RunLog {
     let mut run = Run {
         scenario,
         queue: EventQueue::new(),
-        providers: Providers::new(&scenario.providers, derive(seed, 2)),
+        providers: Providers::new(&scenario.providers, derive(seed, 2))
+            .with_conversations(scenario.conversations),
         sidecars: (0..scenario.sidecars)
             .map(|s| Sidecar {
                 strategy: make(),
                 rng: SplitMix64::new(derive(seed, 1000 + s as u64)),
                 client: SplitMix64::new(derive(seed, 1_000_000 + s as u64)),
+                talk: scenario
+                    .conversations
+                    .map(|c| Talk::new(c, s as u32, derive(seed, 2_000_000 + s as u64))),
             })
             .collect(),
         live: Vec::new(),
@@ -163,6 +175,7 @@ impl Run<'_> {
         self.queue
             .schedule(now + self.scenario.period, Event::Arrive(s));
         let request = self.log.requests.len();
+        let turn = self.sidecars[s as usize].talk.as_mut().map(Talk::next_turn);
         self.log.requests.push(RequestLog {
             sidecar: s,
             arrival: now,
@@ -170,15 +183,21 @@ impl Run<'_> {
             latency: 0,
             attempts: 0,
             ok: false,
+            turn,
         });
         self.attempt(request, now);
     }
 
     /// Sends the next attempt of `request`.
     fn attempt(&mut self, request: usize, now: Micros) {
-        let s = self.log.requests[request].sidecar;
+        let (s, turn) = {
+            let r = &self.log.requests[request];
+            (r.sidecar, r.turn)
+        };
         let car = &mut self.sidecars[s as usize];
-        let p = car.strategy.pick(now, &mut car.rng, &self.providers);
+        let p = car
+            .strategy
+            .pick_turn(turn.as_ref(), now, &mut car.rng, &self.providers);
         car.strategy.started(p, now);
         let r = &mut self.log.requests[request];
         if r.attempts == 0 {
@@ -192,22 +211,24 @@ impl Run<'_> {
             provider: p,
             start: now,
             response: None,
+            cached: false,
         });
-        if let Some(started) = self.providers.submit(p, id, now) {
+        if let Some(started) = self.providers.submit_turn(p, id, now, turn) {
             self.begin_service(started);
         }
     }
 
     fn begin_service(&mut self, started: super::provider::Started) {
         self.live[started.attempt].response = Some(started.response);
+        self.live[started.attempt].cached = started.cached;
         self.queue
             .schedule(started.done_at, Event::Done(started.attempt));
     }
 
     fn done(&mut self, a: usize, now: Micros) {
-        let (s, request, p, start) = {
+        let (s, request, p, start, cached) = {
             let l = &self.live[a];
-            (l.sidecar, l.request, l.provider, l.start)
+            (l.sidecar, l.request, l.provider, l.start, l.cached)
         };
         let Some(response) = self.live[a].response else {
             return;
@@ -225,6 +246,7 @@ impl Run<'_> {
             end: now,
             ok: response.ok(),
             limited: matches!(response.reply, Reply::Status { code: 429, .. }),
+            cached,
         });
         let r = &mut self.log.requests[request];
         if response.ok() || r.attempts >= MAX_ATTEMPTS {
