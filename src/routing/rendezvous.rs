@@ -8,9 +8,9 @@
 //! one share moves only the keys that change to or from that candidate: as few as any split
 //! with the new shares can move.
 
-/// Whether `[routing] prefix_affinity` is on when the config does not say: on, as the
-/// simulator's conversations scenario shows it wins (docs/routing.md).
-pub const PREFIX_AFFINITY_DEFAULT: bool = true;
+/// Whether `[routing] prefix_affinity` is on when the config does not say: off, as the
+/// simulator's conversations scenario does not show it winning (docs/routing.md).
+pub const PREFIX_AFFINITY_DEFAULT: bool = false;
 
 /// The candidate `key` lands on, identities being the candidates' indexes in `shares`.
 ///

@@ -1,9 +1,11 @@
 //! Multi-turn conversations and the providers' prompt caches.
 //!
 //! In a scenario with conversations, every request is one turn of a conversation of some
-//! application. Each sidecar keeps [`ConversationSpec::open`] conversations going and sends the
-//! next turn of a random one at each arrival; a conversation that has had its turns is replaced
-//! by a new one. A provider caches each prefix it has answered for [`ConversationSpec::ttl`]:
+//! application. Clients keep [`ConversationSpec::open`] conversations going per sidecar and
+//! send the next turn of a random one at each arrival; a conversation that has had its turns is
+//! replaced by a new one. With [`ConversationSpec::sticky`] sessions a conversation's turns all
+//! come through one sidecar; without, through any sidecar of the fleet (a stateless
+//! application's replicas behind a load balancer). A provider caches each prefix it has answered for [`ConversationSpec::ttl`]:
 //! the application's long system prompt (what a first turn mostly is) and each conversation
 //! so far (what a later turn mostly is, and what only the provider that answered the previous
 //! turn holds). A cached prefix answers in [`ConversationSpec::hit_ttfc`] times the time to
@@ -20,8 +22,10 @@ pub struct ConversationSpec {
     pub applications: u32,
     /// Fewest and most turns of a conversation (drawn uniformly).
     pub turns: (u32, u32),
-    /// Conversations each sidecar keeps going at once.
+    /// Conversations kept going at once, per sidecar.
     pub open: u32,
+    /// Each conversation's turns come through one sidecar (else through any sidecar).
+    pub sticky: bool,
     /// Time to first chunk of a cache hit, as a fraction of a miss's.
     pub hit_ttfc: f64,
     /// How long a provider keeps a prefix after answering it.
@@ -55,21 +59,21 @@ pub struct Talk {
     spec: ConversationSpec,
     /// `(turn to send next, turns left including it)`.
     open: Vec<(Turn, u32)>,
-    /// This sidecar's conversations get ids `sidecar << 32 | counter`.
+    /// The pool's conversations get ids `pool << 32 | counter`.
     next_id: u64,
     rng: SplitMix64,
 }
 
 impl Talk {
-    /// The conversations of sidecar `sidecar`, drawn from `seed`.
-    pub fn new(spec: ConversationSpec, sidecar: u32, seed: u64) -> Self {
+    /// `open` conversations kept going, numbered from `pool << 32`, drawn from `seed`.
+    pub fn new(spec: ConversationSpec, open: u32, pool: u32, seed: u64) -> Self {
         let mut talk = Self {
             spec,
             open: Vec::new(),
-            next_id: u64::from(sidecar) << 32,
+            next_id: u64::from(pool) << 32,
             rng: SplitMix64::new(seed),
         };
-        for _ in 0..spec.open.max(1) {
+        for _ in 0..open.max(1) {
             let fresh = talk.fresh();
             talk.open.push(fresh);
         }
@@ -150,6 +154,7 @@ mod tests {
             applications: 4,
             turns: (3, 8),
             open: 5,
+            sticky: true,
             hit_ttfc: 0.3,
             ttl: 300 * SEC,
         }
@@ -157,7 +162,7 @@ mod tests {
 
     #[test]
     fn conversations_have_three_to_eight_turns_in_order() {
-        let mut talk = Talk::new(spec(), 7, 1);
+        let mut talk = Talk::new(spec(), 5, 7, 1);
         let mut seen: HashMap<u64, Vec<u32>> = HashMap::new();
         for _ in 0..5000 {
             let t = talk.next_turn();

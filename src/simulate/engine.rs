@@ -113,8 +113,6 @@ struct Sidecar {
     rng: SplitMix64,
     /// The client's (retry jitter), kept apart so strategies do not shift each other's draws.
     client: SplitMix64,
-    /// The client's conversations, in a scenario that has them.
-    talk: Option<Talk>,
 }
 
 /// Derives an independent seed for stream `k` from `seed`.
@@ -128,6 +126,9 @@ struct Run<'a> {
     providers: Providers,
     sidecars: Vec<Sidecar>,
     live: Vec<Live>,
+    /// The clients' conversations: one pool per sidecar when they are sticky, else one for
+    /// the fleet (empty without conversations).
+    talks: Vec<Talk>,
     log: RunLog,
 }
 
@@ -145,12 +146,10 @@ pub fn run(scenario: &Scenario, contender: Contender, seed: u64) -> RunLog {
                 strategy: make(),
                 rng: SplitMix64::new(derive(seed, 1000 + s as u64)),
                 client: SplitMix64::new(derive(seed, 1_000_000 + s as u64)),
-                talk: scenario
-                    .conversations
-                    .map(|c| Talk::new(c, s as u32, derive(seed, 2_000_000 + s as u64))),
             })
             .collect(),
         live: Vec::new(),
+        talks: talks(scenario, seed),
         log: RunLog::default(),
     };
     for s in 0..scenario.sidecars {
@@ -167,6 +166,22 @@ pub fn run(scenario: &Scenario, contender: Contender, seed: u64) -> RunLog {
     run.log
 }
 
+/// The conversations of `scenario`'s clients: with sticky sessions each sidecar's own, else
+/// one pool for the fleet whose turns arrive at any sidecar.
+fn talks(scenario: &Scenario, seed: u64) -> Vec<Talk> {
+    let Some(c) = scenario.conversations else {
+        return Vec::new();
+    };
+    if c.sticky {
+        (0..scenario.sidecars)
+            .map(|s| Talk::new(c, c.open, s as u32, derive(seed, 2_000_000 + s as u64)))
+            .collect()
+    } else {
+        let open = c.open.saturating_mul(scenario.sidecars as u32);
+        vec![Talk::new(c, open, 0, derive(seed, 2_000_000))]
+    }
+}
+
 impl Run<'_> {
     fn arrive(&mut self, s: u32, now: Micros) {
         if now >= self.scenario.duration {
@@ -175,7 +190,8 @@ impl Run<'_> {
         self.queue
             .schedule(now + self.scenario.period, Event::Arrive(s));
         let request = self.log.requests.len();
-        let turn = self.sidecars[s as usize].talk.as_mut().map(Talk::next_turn);
+        let pool = if self.talks.len() > 1 { s as usize } else { 0 };
+        let turn = self.talks.get_mut(pool).map(Talk::next_turn);
         self.log.requests.push(RequestLog {
             sidecar: s,
             arrival: now,

@@ -259,13 +259,19 @@ pub fn herd_split(scenario: &Scenario) -> Vec<(Micros, Vec<f64>)> {
 
 /// The contenders of `scenario`: [`contenders`]; where a provider has a quota, sturnus
 /// without quota pacing (`current` otherwise), the yardstick pacing is measured against; with
-/// conversations, sturnus picking every request at random (cache-blind), the yardstick of
-/// prefix affinity.
+/// conversations, "sturnus" with prefix affinity on (what the scenario measures, whatever the
+/// default) and sturnus picking every request at random (cache-blind), its yardstick.
 pub fn contenders_for(current: Variant, scenario: &Scenario) -> Vec<Contender> {
-    let mut all = contenders(current);
     if scenario.conversations.is_some() {
+        let keyed = Variant {
+            prefix_affinity: true,
+            ..current
+        };
+        let mut all = contenders(keyed);
         all.insert(1, Contender::Sturnus(Variant::cache_blind_of(current)));
+        return all;
     }
+    let mut all = contenders(current);
     if scenario.providers.iter().any(|p| p.quota.is_some()) {
         all.insert(
             1,

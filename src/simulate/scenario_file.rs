@@ -56,6 +56,8 @@ struct ConversationsFile {
     applications: u32,
     turns: [u32; 2],
     open: u32,
+    #[serde(default)]
+    sticky: bool,
     hit_ttfc: f64,
     cache_ttl_s: f64,
 }
@@ -272,6 +274,7 @@ fn conversations(c: &ConversationsFile) -> Result<ConversationSpec, String> {
         applications: c.applications,
         turns: (lo, hi),
         open: c.open,
+        sticky: c.sticky,
         hit_ttfc: c.hit_ttfc,
         ttl: secs("conversations.cache_ttl_s", c.cache_ttl_s)?,
     })
@@ -520,6 +523,7 @@ jitter = 0.1
                 applications: 3,
                 turns: (3, 8),
                 open: 4,
+                sticky: false,
                 hit_ttfc: 0.25,
                 ttl: 300 * SEC,
             })

@@ -83,8 +83,8 @@ async fn shares(proxy: &Proxy) -> (f64, f64) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_conversations_later_turns_keep_to_one_candidate_and_new_ones_follow_the_shares() {
     // b is far slower, so it sits at the probe floor: shares exactly 0.8 / 0.2, whatever the
-    // machine's noise. prefix_affinity is left at its default (on).
-    let (a, b, proxy) = two_candidates("probe_floor = 0.2\n").await;
+    // machine's noise.
+    let (a, b, proxy) = two_candidates("probe_floor = 0.2\nprefix_affinity = true\n").await;
     a.behaviour.set_latency(Duration::from_millis(2));
     b.behaviour.set_latency(Duration::from_millis(60));
     warm(&proxy).await;
@@ -132,7 +132,7 @@ async fn a_conversations_later_turns_keep_to_one_candidate_and_new_ones_follow_t
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_explicit_header_wins_over_the_derived_key() {
-    let (a, b, proxy) = two_candidates("probe_floor = 0.5\n").await;
+    let (a, b, proxy) = two_candidates("probe_floor = 0.5\nprefix_affinity = true\n").await;
     a.behaviour.set_latency(Duration::from_millis(2));
     b.behaviour.set_latency(Duration::from_millis(2));
     warm(&proxy).await;
@@ -158,6 +158,7 @@ async fn the_explicit_header_wins_over_the_derived_key() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_prefix_affinity_off_a_conversation_spreads() {
+    // Off is the default; it is spelled out here all the same.
     let (a, b, proxy) = two_candidates("probe_floor = 0.5\nprefix_affinity = false\n").await;
     a.behaviour.set_latency(Duration::from_millis(2));
     b.behaviour.set_latency(Duration::from_millis(2));
@@ -178,7 +179,7 @@ async fn with_prefix_affinity_off_a_conversation_spreads() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_conversation_moves_off_a_candidate_that_starts_failing_and_stays_moved() {
-    let (a, b, proxy) = two_candidates("").await;
+    let (a, b, proxy) = two_candidates("prefix_affinity = true\n").await;
     a.behaviour.set_latency(Duration::from_millis(5));
     b.behaviour.set_latency(Duration::from_millis(15));
     warm(&proxy).await;
