@@ -113,33 +113,65 @@ impl Talk {
     }
 }
 
-/// One provider's prompt cache: when each prefix was last answered.
+/// One provider's prompt cache: per prefix, from when it is cached and until when.
 #[derive(Debug, Default)]
 pub struct PrefixCache {
-    applications: HashMap<u32, Micros>,
-    conversations: HashMap<u64, Micros>,
+    applications: HashMap<u32, Cached>,
+    conversations: HashMap<u64, Cached>,
+}
+
+/// A cached prefix: held from `since` (its first answer) to `until` (the last answer + TTL).
+#[derive(Debug, Clone, Copy)]
+struct Cached {
+    since: Micros,
+    until: Micros,
+}
+
+impl Cached {
+    fn holds(&self, now: Micros) -> bool {
+        self.since <= now && now <= self.until
+    }
+
+    /// Answered again at `at`: an answer within the TTL extends the entry (an answer still on
+    /// its way does not hide it meanwhile); one after it expired starts it afresh.
+    fn answered(entry: Option<&mut Cached>, at: Micros, ttl: Micros) -> Option<Cached> {
+        match entry {
+            Some(c) if at <= c.until => {
+                c.since = c.since.min(at);
+                c.until = c.until.max(at + ttl);
+                None
+            }
+            _ => Some(Cached {
+                since: at,
+                until: at + ttl,
+            }),
+        }
+    }
 }
 
 impl PrefixCache {
-    /// Whether `turn`'s prefix is cached at `now` (answered at most `ttl` before): its
-    /// application's system prompt for an opening turn, the conversation so far for a later
-    /// one.
-    pub fn hit(&self, turn: &Turn, now: Micros, ttl: Micros) -> bool {
-        let answered = if turn.number == 0 {
+    /// Whether `turn`'s prefix is cached at `now`: its application's system prompt for an
+    /// opening turn, the conversation so far for a later one.
+    pub fn hit(&self, turn: &Turn, now: Micros) -> bool {
+        let cached = if turn.number == 0 {
             self.applications.get(&turn.application)
         } else {
             self.conversations.get(&turn.conversation)
         };
-        answered.is_some_and(|&at| at <= now && now - at <= ttl)
+        cached.is_some_and(|c| c.holds(now))
     }
 
-    /// `turn` was answered at `at`: its system prompt and conversation are cached from then.
-    pub fn store(&mut self, turn: &Turn, at: Micros) {
-        for slot in [
-            self.applications.entry(turn.application).or_insert(at),
-            self.conversations.entry(turn.conversation).or_insert(at),
-        ] {
-            *slot = (*slot).max(at);
+    /// `turn` was answered at `at`: its system prompt and conversation are cached from then
+    /// until `ttl` after their last answer.
+    pub fn store(&mut self, turn: &Turn, at: Micros, ttl: Micros) {
+        if let Some(fresh) = Cached::answered(self.applications.get_mut(&turn.application), at, ttl)
+        {
+            self.applications.insert(turn.application, fresh);
+        }
+        if let Some(fresh) =
+            Cached::answered(self.conversations.get_mut(&turn.conversation), at, ttl)
+        {
+            self.conversations.insert(turn.conversation, fresh);
         }
     }
 }
@@ -219,23 +251,29 @@ mod tests {
             number: 0,
         };
         let second = Turn { number: 1, ..first };
-        assert!(!cache.hit(&first, 0, ttl));
-        cache.store(&first, 10 * SEC);
-        assert!(!cache.hit(&second, 5 * SEC, ttl), "not answered yet");
-        assert!(cache.hit(&second, 10 * SEC, ttl));
-        assert!(cache.hit(&second, 310 * SEC, ttl));
-        assert!(!cache.hit(&second, 311 * SEC, ttl), "expired");
+        assert!(!cache.hit(&first, 0));
+        cache.store(&first, 10 * SEC, ttl);
+        assert!(!cache.hit(&second, 5 * SEC), "not answered yet");
+        assert!(cache.hit(&second, 10 * SEC));
+        assert!(cache.hit(&second, 310 * SEC));
+        assert!(!cache.hit(&second, 311 * SEC), "expired");
         // Another conversation of the same application: its opening hits the system prompt,
         // its later turns do not.
         let other = Turn {
             conversation: 10,
             ..first
         };
-        assert!(cache.hit(&other, 20 * SEC, ttl));
-        assert!(!cache.hit(&Turn { number: 1, ..other }, 20 * SEC, ttl));
-        // A later answer refreshes, an earlier one does not.
-        cache.store(&second, 100 * SEC);
-        cache.store(&first, 50 * SEC);
-        assert!(cache.hit(&second, 400 * SEC, ttl));
+        assert!(cache.hit(&other, 20 * SEC));
+        assert!(!cache.hit(&Turn { number: 1, ..other }, 20 * SEC));
+        // An answer still on its way neither hides the entry nor shortens it.
+        cache.store(&second, 100 * SEC, ttl);
+        assert!(cache.hit(&second, 50 * SEC));
+        cache.store(&first, 50 * SEC, ttl);
+        assert!(cache.hit(&second, 400 * SEC));
+        assert!(!cache.hit(&second, 401 * SEC));
+        // After it expired, an answer starts it afresh.
+        cache.store(&second, 500 * SEC, ttl);
+        assert!(!cache.hit(&second, 450 * SEC));
+        assert!(cache.hit(&second, 500 * SEC));
     }
 }

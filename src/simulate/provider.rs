@@ -372,13 +372,13 @@ impl Providers {
         let (service, cached) = match (turn, self.conversations) {
             (Some(turn), Some(c)) if reply == Reply::Ok => {
                 let cache = &mut self.caches[p];
-                let hit = cache.hit(&turn, now, c.ttl);
+                let hit = cache.hit(&turn, now);
                 let service = if hit {
                     ((service as f64 * c.hit_ttfc).round() as Micros).max(1)
                 } else {
                     service
                 };
-                cache.store(&turn, now + service);
+                cache.store(&turn, now + service, c.ttl);
                 (service, hit)
             }
             _ => (service, false),
@@ -400,7 +400,7 @@ impl Providers {
     pub fn expected_cost_of(&self, p: usize, now: Micros, turn: Option<&Turn>) -> f64 {
         let cost = self.expected_cost(p, now);
         match (turn, self.conversations) {
-            (Some(turn), Some(c)) if self.caches[p].hit(turn, now, c.ttl) => cost * c.hit_ttfc,
+            (Some(turn), Some(c)) if self.caches[p].hit(turn, now) => cost * c.hit_ttfc,
             _ => cost,
         }
     }
