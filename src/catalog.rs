@@ -25,6 +25,9 @@ pub struct Candidate {
     /// so each response clones them instead of validating and copying (`None`: not a valid
     /// header value, so the header is left out).
     pub header_values: (Option<HeaderValue>, Option<HeaderValue>),
+    /// The candidate's rendezvous identity, from [`Candidate::affinity`]: the same on every
+    /// sidecar, so a conversation key picks the same candidate everywhere.
+    pub identity: u64,
 }
 
 impl Candidate {
@@ -52,6 +55,8 @@ pub struct Alias {
     pub candidates: Vec<Arc<Candidate>>,
     /// The same candidates' statistics, in the same order (what the selector reads).
     stats: Vec<Arc<CandidateStats>>,
+    /// The same candidates' rendezvous identities, in the same order.
+    identities: Vec<u64>,
 }
 
 impl Alias {
@@ -59,6 +64,18 @@ impl Alias {
     /// of this alias, otherwise a latency-weighted draw; among the available candidates only,
     /// unless none is available.
     pub fn choose(&self, mode: Mode, pin: Option<&str>, params: &RoutingParams) -> Choice {
+        self.choose_keyed(mode, pin, None, params)
+    }
+
+    /// As [`Alias::choose`], for a request that may carry a conversation key: with a key and
+    /// no honoured pin, the candidate is the key's weighted rendezvous pick over the shares.
+    pub fn choose_keyed(
+        &self,
+        mode: Mode,
+        pin: Option<&str>,
+        conversation: Option<u64>,
+        params: &RoutingParams,
+    ) -> Choice {
         let pinned = pin.and_then(|value| {
             affinity::position(
                 value,
@@ -68,11 +85,16 @@ impl Alias {
             )
         });
         let available = |i: usize| self.candidates[i].is_available();
-        routing::choose_available(
+        let keyed = conversation.map(|key| routing::Keyed {
+            key,
+            identities: &self.identities,
+        });
+        routing::choose_available_keyed(
             &self.stats,
             available,
             mode,
             pinned,
+            keyed,
             params,
             &mut routing::ThreadRng,
         )
@@ -154,6 +176,7 @@ impl Catalog {
                             HeaderValue::from_str(&provider.name).ok(),
                         );
                         let k = Arc::new(Candidate {
+                            identity: routing::rendezvous::identity(&affinity),
                             affinity,
                             header_values,
                             provider,
@@ -169,6 +192,7 @@ impl Catalog {
             aliases.push(Alias {
                 name: alias.name.clone(),
                 stats: members.iter().map(|c| c.stats.clone()).collect(),
+                identities: members.iter().map(|c| c.identity).collect(),
                 candidates: members,
             });
         }

@@ -97,6 +97,9 @@ pub struct Inspected {
     /// Hash of the conversation's opening messages (the same on every turn of a conversation),
     /// or `None` for a request that has none (embeddings, a string prompt).
     pub conversation_key: Option<u64>,
+    /// Whether more messages follow the opening ones: a later turn of the conversation, not its
+    /// first (always false without a conversation key).
+    pub continued: bool,
     /// Byte range of the contents (between the quotes) of the top-level "model" string value.
     model_span: Range<usize>,
 }
@@ -135,15 +138,25 @@ fn inspect_as<const KEY: bool>(body: &[u8]) -> Result<Inspected, BodyError> {
     } else {
         std::str::from_utf8(raw).ok().map(str::to_owned)
     };
+    let opening = scan
+        .opening
+        .filter(|range| body.get(range.clone()).is_some());
     Ok(Inspected {
         model: model.ok_or(bad)?,
         stream: scan.stream,
-        conversation_key: scan
-            .opening
-            .and_then(|range| body.get(range))
-            .map(conversation_key),
+        conversation_key: opening.clone().map(|range| conversation_key(&body[range])),
+        continued: opening.is_some_and(|range| followed_by_element(body, range.end)),
         model_span: span,
     })
+}
+
+/// Whether the array element ending just before `end` is followed by another one: the next
+/// byte other than JSON whitespace is a comma (the body is valid JSON, scanned).
+fn followed_by_element(body: &[u8], end: usize) -> bool {
+    let rest = body.get(end..).unwrap_or_default();
+    rest.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|&b| b == b',')
 }
 
 /// Seed of the conversation-key hash: a constant, so every sidecar derives the same key.

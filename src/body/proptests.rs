@@ -326,6 +326,7 @@ fn check_agreement(bytes: &[u8]) -> Result<(), TestCaseError> {
     let ours = inspect(bytes);
     let unkeyed = ours.clone().map(|i| Inspected {
         conversation_key: None,
+        continued: false,
         ..i
     });
     prop_assert_eq!(inspect_unkeyed(bytes), unkeyed);

@@ -517,3 +517,30 @@ fn a_long_opening_is_keyed_by_its_length_and_both_ends() {
     );
     assert!(short.len() <= 2 * crate::body::KEY_SPAN);
 }
+
+#[test]
+fn continued_says_whether_messages_follow_the_opening() {
+    let continued = |body: &str| ok(body).continued;
+    assert!(!continued(&format!(
+        r#"{{"model":"m","messages":[{SYSTEM}, {USER}]}}"#
+    )));
+    assert!(!continued(&format!(
+        r#"{{"model":"m","messages":[{SYSTEM}, {USER} ] }}"#
+    )));
+    assert!(continued(&format!(
+        r#"{{"model":"m","messages":[{SYSTEM}, {USER} ,{{"role":"assistant","content":"yo"}}]}}"#
+    )));
+    assert!(continued(&format!(
+        "{{\"model\":\"m\",\"messages\":[{USER}\n\t ,\r{{\"role\":\"user\"}}]}}"
+    )));
+    let responses =
+        r#"{"model":"m","input":[{"role":"user","content":"u"},{"type":"function_call_output"}]}"#;
+    assert!(continued(responses));
+    // Without an opening there is nothing to continue; the unkeyed scan never says so.
+    assert!(!continued(
+        r#"{"model":"c","messages":[{"role":"system"},{"role":"system"}]}"#
+    ));
+    assert!(!continued(r#"{"model":"e","input":["a","b"]}"#));
+    let later = format!(r#"{{"model":"m","messages":[{USER},{USER}]}}"#);
+    assert!(!crate::body::inspect_unkeyed(later.as_bytes()).is_ok_and(|i| i.continued));
+}

@@ -27,8 +27,8 @@ pub(crate) fn describe(cfg: &Config) -> String {
     let r = &cfg.routing;
     let _ = writeln!(
         s,
-        "routing: ewma_alpha {}, exploit_k {}, probe_floor {}, error_threshold {}",
-        r.ewma_alpha, r.exploit_k, r.probe_floor, r.error_threshold
+        "routing: ewma_alpha {}, exploit_k {}, probe_floor {}, error_threshold {}, prefix_affinity {}",
+        r.ewma_alpha, r.exploit_k, r.probe_floor, r.error_threshold, r.prefix_affinity
     );
     let _ = writeln!(
         s,

@@ -107,6 +107,17 @@ impl<'e> Reader<'e> {
         }
     }
 
+    /// Returns a boolean, or records a type problem.
+    pub fn boolean(&mut self, path: &str, value: &Value) -> Option<bool> {
+        match value {
+            Value::Boolean(b) => Some(*b),
+            other => {
+                self.wrong_type(path, "a boolean", other);
+                None
+            }
+        }
+    }
+
     /// Returns an integer, or records a type problem.
     pub fn integer(&mut self, path: &str, value: &Value) -> Option<i64> {
         match value {

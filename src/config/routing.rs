@@ -12,6 +12,7 @@ const KEYS: &[&str] = &[
     "exploit_k",
     "probe_floor",
     "error_threshold",
+    "prefix_affinity",
     "connect_timeout_secs",
     "read_timeout_secs",
     "max_body_bytes",
@@ -41,6 +42,11 @@ pub(crate) fn read_routing(r: &mut Reader, value: Option<&Value>) -> RoutingConf
         RoutingParams::ERROR_THRESHOLD,
         &mut out.error_threshold,
     );
+    if let Some(v) = table.get("prefix_affinity") {
+        if let Some(on) = r.boolean(&join("routing", "prefix_affinity"), v) {
+            out.prefix_affinity = on;
+        }
+    }
     seconds(r, table, "connect_timeout_secs", &mut out.connect_timeout);
     seconds(r, table, "read_timeout_secs", &mut out.read_timeout);
     seconds(r, table, "header_timeout_secs", &mut out.header_timeout);
@@ -122,6 +128,7 @@ mod tests {
     fn all_keys_parse() {
         let (cfg, problems) = read(
             "[routing]\newma_alpha = 1\nexploit_k = 20\nprobe_floor = 0\nerror_threshold = 0.25\n\
+             prefix_affinity = false\n\
              connect_timeout_secs = 0.5\nread_timeout_secs = 30\nmax_body_bytes = 1_024\n\
              max_buffered_bytes = 0\nheader_timeout_secs = 2.25\nbody_timeout_secs = 86400",
         );
@@ -130,6 +137,7 @@ mod tests {
         assert_eq!(cfg.exploit_k, 20.0);
         assert_eq!(cfg.probe_floor, 0.0);
         assert_eq!(cfg.error_threshold, 0.25);
+        assert!(!cfg.prefix_affinity);
         assert_eq!(cfg.connect_timeout, Duration::from_millis(500));
         assert_eq!(cfg.read_timeout, Duration::from_secs(30));
         assert_eq!(cfg.max_body_bytes, 1024);
@@ -165,13 +173,16 @@ mod tests {
     #[test]
     fn wrong_types_and_unknown_keys() {
         let (_, problems) = read(
-            "[routing]\newma_alpah = 0.3\newma_alpha = \"0.3\"\nmax_body_bytes = 1.5\nread_timeout_secs = true",
+            "[routing]\newma_alpah = 0.3\newma_alpha = \"0.3\"\nmax_body_bytes = 1.5\nread_timeout_secs = true\n\
+             prefix_afinity = true\nprefix_affinity = 1",
         );
         assert_eq!(
             problems,
             vec![
                 "routing.ewma_alpah: unknown key (did you mean ewma_alpha?)",
+                "routing.prefix_afinity: unknown key (did you mean prefix_affinity?)",
                 "routing.ewma_alpha: expected a number, found string",
+                "routing.prefix_affinity: expected a boolean, found integer",
                 "routing.read_timeout_secs: expected a number, found boolean",
                 "routing.max_body_bytes: expected an integer, found float",
             ]

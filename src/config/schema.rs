@@ -121,6 +121,9 @@ pub struct RoutingConfig {
     pub probe_floor: f64,
     /// Error rate above which a candidate counts as unhealthy, in (0, 1].
     pub error_threshold: f64,
+    /// Requests without `x-session-affinity` that carry a conversation (opening messages) keep
+    /// to one candidate by weighted rendezvous over the shares (docs/routing.md).
+    pub prefix_affinity: bool,
     /// Time allowed to connect to an upstream.
     pub connect_timeout: Duration,
     /// Max silence before response headers and between body chunks.
@@ -144,6 +147,7 @@ impl Default for RoutingConfig {
             exploit_k: 6.0,
             probe_floor: 0.01,
             error_threshold: 0.5,
+            prefix_affinity: crate::routing::rendezvous::PREFIX_AFFINITY_DEFAULT,
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(60),
             max_body_bytes: 32 * 1024 * 1024,
@@ -174,6 +178,7 @@ mod tests {
         assert_eq!(r.exploit_k, 6.0);
         assert_eq!(r.probe_floor, 0.01);
         assert_eq!(r.error_threshold, 0.5);
+        assert!(!r.prefix_affinity);
         assert_eq!(r.connect_timeout, Duration::from_secs(10));
         assert_eq!(r.read_timeout, Duration::from_secs(60));
         assert_eq!(r.max_body_bytes, 33_554_432);

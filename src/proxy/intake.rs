@@ -46,12 +46,16 @@ pub fn routed_suffix(path: &str) -> Option<&'static str> {
     ROUTED.iter().copied().find(|s| *s == rest)
 }
 
-/// Validates a request body: its model and stream flag, or the 400 answer for anything that is
-/// not a JSON object with a string `model`. The conversation key is not derived
-/// (`body::inspect_unkeyed`): routing does not use it, and on a long opening message it would
-/// cost a hash of most of the body.
-pub fn inspect_body(bytes: &[u8]) -> std::result::Result<body::Inspected, ApiError> {
-    body::inspect_unkeyed(bytes).map_err(|e| ApiError::invalid_request(e.to_string(), e.param()))
+/// Validates a request body: its model and stream flag, and with `keyed` (prefix affinity on)
+/// its conversation key, or the 400 answer for anything that is not a JSON object with a
+/// string `model`. Unkeyed, the scan skips the key's hashing altogether.
+pub fn inspect_body(bytes: &[u8], keyed: bool) -> std::result::Result<body::Inspected, ApiError> {
+    let inspected = if keyed {
+        body::inspect(bytes)
+    } else {
+        body::inspect_unkeyed(bytes)
+    };
+    inspected.map_err(|e| ApiError::invalid_request(e.to_string(), e.param()))
 }
 
 /// Validates and routes one request; writes the error answer itself when it cannot be routed.
@@ -98,7 +102,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     ctx.overhead.body_received = Some(std::time::Instant::now());
     ctx.request_bytes = whole.bytes.len() as u64;
     ctx.reservation = Some(whole.reservation);
-    let inspected = match inspect_body(&whole.bytes) {
+    let inspected = match inspect_body(&whole.bytes, app.config.routing.prefix_affinity) {
         Ok(inspected) => inspected,
         Err(err) => {
             respond::error(session, &ctx.request_id, &err, true).await?;
@@ -122,7 +126,10 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         .headers
         .get(&super::relay::AFFINITY_NAME)
         .and_then(|v| v.to_str().ok());
-    let choice = alias.choose(mode, pin, &app.catalog.params);
+    // Only a later turn keeps to its conversation's candidate: a first turn (or a one-shot
+    // request) is routed as today, so identical one-shot requests still follow the shares.
+    let conversation = inspected.conversation_key.filter(|_| inspected.continued);
+    let choice = alias.choose_keyed(mode, pin, conversation, &app.catalog.params);
     let candidate = &alias.candidates[choice.index];
     let spliced_len = inspected.spliced_len(&whole.bytes, &candidate.model);
     let provider = candidate.provider.clone();
@@ -195,7 +202,7 @@ mod tests {
     /// Checks the answer for one body: a 400 in OpenAI's shape, or a body serde_json agrees
     /// is an object with a string `model`.
     fn check(bytes: &[u8]) -> std::result::Result<(), TestCaseError> {
-        match inspect_body(bytes) {
+        match inspect_body(bytes, true) {
             Err(err) => {
                 prop_assert_eq!(err.status, 400);
                 prop_assert_eq!(err.kind, "invalid_request_error");

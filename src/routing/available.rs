@@ -4,11 +4,11 @@
 //! candidate gets no share at all (not even the probe floor) and a pin naming it is not
 //! honoured: the alias routes as if it were not listed. When no candidate of an alias is
 //! available, the restriction is dropped and the alias routes as if all were. The rule is a
-//! filter in front of [`choose`], [`shares_for`] and [`weights_for`]: they run unchanged on the
-//! available candidates.
+//! filter in front of [`choose_keyed`], [`shares_for`] and [`weights_for`]: they run unchanged on
+//! the available candidates.
 
 use super::rng::RngSource;
-use super::selector::{choose, shares_for, weights_for, Choice, RoutingParams};
+use super::selector::{choose_keyed, shares_for, weights_for, Choice, Keyed, RoutingParams};
 use super::tracker::{CandidateStats, Mode};
 
 /// The positions of the available candidates, or `None` when the restriction does not apply
@@ -21,7 +21,7 @@ fn available_positions(n: usize, available: impl Fn(usize) -> bool) -> Option<Ve
     (!up.is_empty()).then_some(up)
 }
 
-/// [`choose`] restricted to the candidates for which `available(index)` holds. Allocates only
+/// [`super::choose`] restricted to the candidates for which `available(index)` holds. Allocates only
 /// while some candidate is unavailable.
 pub fn choose_available<C: AsRef<CandidateStats>>(
     cands: &[C],
@@ -31,12 +31,35 @@ pub fn choose_available<C: AsRef<CandidateStats>>(
     params: &RoutingParams,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
+    choose_available_keyed(cands, available, mode, pinned, None, params, rng)
+}
+
+/// [`choose_keyed`] restricted to the available candidates, as [`choose_available`]: an
+/// unavailable candidate's conversations move as if it were not listed.
+pub fn choose_available_keyed<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    available: impl Fn(usize) -> bool,
+    mode: Mode,
+    pinned: Option<usize>,
+    keyed: Option<Keyed<'_>>,
+    params: &RoutingParams,
+    rng: &mut impl RngSource,
+) -> Option<Choice> {
     let Some(up) = available_positions(cands.len(), available) else {
-        return choose(cands, mode, pinned, params, rng);
+        return choose_keyed(cands, mode, pinned, keyed, params, rng);
     };
     let subset: Vec<&CandidateStats> = up.iter().map(|&i| cands[i].as_ref()).collect();
     let pinned = pinned.and_then(|p| up.iter().position(|&i| i == p));
-    let choice = choose(&subset, mode, pinned, params, rng)?;
+    let identities: Vec<u64> = keyed.map_or_else(Vec::new, |k| {
+        up.iter()
+            .filter_map(|&i| k.identities.get(i).copied())
+            .collect()
+    });
+    let keyed = keyed.map(|k| Keyed {
+        key: k.key,
+        identities: &identities,
+    });
+    let choice = choose_keyed(&subset, mode, pinned, keyed, params, rng)?;
     Some(Choice {
         index: up[choice.index],
         ..choice
@@ -85,6 +108,7 @@ fn restricted<C: AsRef<CandidateStats>>(
 #[cfg(test)]
 mod tests {
     use super::super::rng::SplitMix64;
+    use super::super::selector::choose;
     use super::*;
     use std::sync::Arc;
 
@@ -182,6 +206,42 @@ mod tests {
             shares_available(&cands, |i| all[i], Mode::Streaming, &p),
             shares_for(&cands, Mode::Streaming, &p)
         );
+    }
+
+    #[test]
+    fn an_unavailable_candidates_conversations_move_and_no_other_does() {
+        let cands = vec![warm(100.0), warm(100.0), warm(100.0)];
+        let ids = [11, 22, 33];
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(1);
+        let mut pick = |up: [bool; 3], key: u64| {
+            let keyed = Some(Keyed {
+                key,
+                identities: &ids,
+            });
+            choose_available_keyed(
+                &cands,
+                |i| up[i],
+                Mode::NonStreaming,
+                None,
+                keyed,
+                &p,
+                &mut rng,
+            )
+            .map(|c| c.index)
+        };
+        let mut moved = 0;
+        for key in (0..3000u64).map(|k| SplitMix64::new(k).next_u64()) {
+            let before = pick([true; 3], key);
+            let after = pick([true, false, true], key);
+            assert_ne!(after, Some(1));
+            if before != Some(1) {
+                assert_eq!(before, after, "key {key} left an available candidate");
+            } else {
+                moved += 1;
+            }
+        }
+        assert!((800..1200).contains(&moved), "{moved}");
     }
 
     #[test]

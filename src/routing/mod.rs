@@ -10,7 +10,8 @@
 //! - [`rng`]: small thread-local and seedable random sources.
 //! - [`pressure`]: the age of requests still waiting for an answer and `Retry-After` back-off,
 //!   the signals that arrive before a response does.
-//! - [`rendezvous`]: weighted rendezvous hashing, a sticky stateless pick of a candidate per key.
+//! - [`rendezvous`]: weighted rendezvous hashing, a sticky stateless pick of a candidate per key
+//!   (prefix affinity: one conversation keeps its candidate, conversations follow the shares).
 //! - [`quota`]: pacing a candidate whose announced quota would run out before its reset.
 //! - [`congestion`]: the discount on a candidate whose latency is queueing that traffic like
 //!   ours causes, which keeps a fleet of sidecars from herding.
@@ -25,14 +26,16 @@ pub mod rng;
 pub mod selector;
 pub mod tracker;
 
-pub use available::{choose_available, shares_available, weights_available};
+pub use available::{
+    choose_available, choose_available_keyed, shares_available, weights_available,
+};
 pub use pressure::now_us;
 pub use quota::{QuotaKind, QuotaView};
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
-    choose, choose_at, pick_index, shares, shares_for, shares_for_at, weights, weights_for, Choice,
-    ParamRange, RoutingParams, COLD_WEIGHT, INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS,
-    WAIT_AGE_FACTOR,
+    choose, choose_at, choose_keyed, choose_keyed_at, pick_index, shares, shares_for,
+    shares_for_at, weights, weights_for, Choice, Keyed, ParamRange, RoutingParams, COLD_WEIGHT,
+    INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS, WAIT_AGE_FACTOR,
 };
 pub use tracker::{
     CandidateStats, ErrorKind, Health, InflightGuard, Mode, Outcome, OwnedInflightGuard, Snapshot,

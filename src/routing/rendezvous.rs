@@ -8,6 +8,10 @@
 //! one share moves only the keys that change to or from that candidate: as few as any split
 //! with the new shares can move.
 
+/// Whether `[routing] prefix_affinity` is on when the config does not say: off, as the
+/// simulator's conversations scenario does not show it winning (docs/routing.md).
+pub const PREFIX_AFFINITY_DEFAULT: bool = false;
+
 /// The candidate `key` lands on, identities being the candidates' indexes in `shares`.
 ///
 /// Shares need not sum to one; a share that is zero, negative or not finite is never chosen.
@@ -31,6 +35,18 @@ pub fn pick_by(key: u64, candidates: impl IntoIterator<Item = (u64, f64)>) -> Op
         }
     }
     best.map(|(position, _)| position)
+}
+
+/// A candidate's identity from its name (`provider/model`): FNV-1a over the bytes, mixed. It
+/// depends on the name alone, so every sidecar, whatever its config order, gives a candidate
+/// the same identity and sends a key to the same candidate.
+pub fn identity(name: &str) -> u64 {
+    const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
+    let hash = name.bytes().fold(FNV_OFFSET, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
+    });
+    mix(hash)
 }
 
 /// A uniform draw strictly inside (0, 1) determined by (`key`, `identity`).
@@ -118,6 +134,19 @@ mod tests {
                 "key {key}: {before} -> {after}"
             );
         }
+    }
+
+    #[test]
+    fn identities_are_fixed_values_of_the_name() {
+        // Fixed values: a change would move every conversation of every fleet at upgrade.
+        assert_eq!(identity("openai/gpt-4o"), 0xD7F8_A866_5F4A_9451);
+        assert_ne!(identity("openai/gpt-4o"), identity("azure/gpt-4o"));
+        assert_ne!(identity(""), identity("a"));
+        let names: Vec<String> = (0..1000).map(|i| format!("p{i}/m")).collect();
+        let mut ids: Vec<u64> = names.iter().map(|n| identity(n)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), names.len());
     }
 
     #[test]

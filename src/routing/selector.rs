@@ -3,6 +3,8 @@
 //! [`shares`] is the pure scoring core shared by the proxy, /status and the simulator;
 //! [`pick_index`] maps a uniform draw onto shares; [`choose`] is one alias's hot-path entry
 //! point (pin rule + weighted pick) and allocates nothing for up to [`INLINE_CANDIDATES`].
+//! [`choose_keyed`] picks the same way with a conversation key: weighted rendezvous over the
+//! same shares instead of a random draw.
 //! [`choose_at`] / [`shares_for_at`] take the time explicitly (the simulator's virtual clock);
 //! [`choose`] / [`shares_for`] read the monotonic routing clock ([`now_us`]), and only when a
 //! candidate's waiting requests or `Retry-After` back-off make the time matter.
@@ -379,12 +381,7 @@ pub fn choose<C: AsRef<CandidateStats>>(
     params: &RoutingParams,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
-    let now = if cands.iter().any(|c| c.as_ref().needs_time()) {
-        now_us()
-    } else {
-        0 // unused: no candidate has waiting requests or a back-off deadline
-    };
-    choose_at(cands, mode, pinned, params, now, rng)
+    choose_keyed(cands, mode, pinned, None, params, rng)
 }
 
 /// [`choose`] at an explicit time `now_us` (same clock as `begin_wait` / `back_off_until`).
@@ -397,6 +394,51 @@ pub fn choose_at<C: AsRef<CandidateStats>>(
     now_us: u64,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
+    choose_keyed_at(cands, mode, pinned, None, params, now_us, rng)
+}
+
+/// A conversation's key and the candidates' stable identities (in the candidates' order):
+/// what turns the weighted pick into a weighted rendezvous pick over the same shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keyed<'a> {
+    /// The conversation key (`body::Inspected::conversation_key`).
+    pub key: u64,
+    /// One identity per candidate, the same on every sidecar ([`super::rendezvous::identity`]).
+    pub identities: &'a [u64],
+}
+
+/// [`choose`] for a request that may carry a conversation key: with one, the candidate is the
+/// key's weighted rendezvous pick ([`super::rendezvous`]) over the shares [`choose`] draws
+/// from, so a conversation stays on one candidate while the shares hold and every candidate
+/// still gets its share of conversations. A pin still wins; without a key this is [`choose`].
+pub fn choose_keyed<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    pinned: Option<usize>,
+    keyed: Option<Keyed<'_>>,
+    params: &RoutingParams,
+    rng: &mut impl RngSource,
+) -> Option<Choice> {
+    let now = if cands.iter().any(|c| c.as_ref().needs_time()) {
+        now_us()
+    } else {
+        0 // unused: no candidate has waiting requests or a back-off deadline
+    };
+    choose_keyed_at(cands, mode, pinned, keyed, params, now, rng)
+}
+
+/// [`choose_keyed`] at an explicit time `now_us`. A key whose identities do not match the
+/// candidates one for one is ignored (the random pick applies).
+pub fn choose_keyed_at<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    pinned: Option<usize>,
+    keyed: Option<Keyed<'_>>,
+    params: &RoutingParams,
+    now_us: u64,
+    rng: &mut impl RngSource,
+) -> Option<Choice> {
+    let keyed = keyed.filter(|k| k.identities.len() == cands.len());
     if let Some(i) = pinned {
         if let Some(c) = cands.get(i) {
             let c = c.as_ref();
@@ -414,9 +456,17 @@ pub fn choose_at<C: AsRef<CandidateStats>>(
         1 => 0,
         _ if n <= INLINE_CANDIDATES => {
             let mut w = [0.0f64; INLINE_CANDIDATES];
-            weighted_pick(cands, mode, params, now_us, rng, &mut w[..n])
+            weighted_pick(cands, mode, params, now_us, keyed, rng, &mut w[..n])
         }
-        _ => weighted_pick(cands, mode, params, now_us, rng, &mut vec![0.0f64; n]),
+        _ => weighted_pick(
+            cands,
+            mode,
+            params,
+            now_us,
+            keyed,
+            rng,
+            &mut vec![0.0f64; n],
+        ),
     };
     Some(Choice {
         index,
@@ -425,12 +475,14 @@ pub fn choose_at<C: AsRef<CandidateStats>>(
 }
 
 /// Score and draw using a caller-provided buffer of length `cands.len()`; reads the stats
-/// straight into speeds (same scoring path as [`shares`], without building snapshots).
+/// straight into speeds (same scoring path as [`shares`], without building snapshots). The
+/// draw is random, or with a key its rendezvous pick over the same shares.
 fn weighted_pick<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
     params: &RoutingParams,
     now_us: u64,
+    keyed: Option<Keyed<'_>>,
     rng: &mut impl RngSource,
     w: &mut [f64],
 ) -> usize {
@@ -461,7 +513,11 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         }
     }
     speeds_to_shares(w, params);
-    pick_index(w, rng.next_f64())
+    let rendezvous = keyed.and_then(|k| {
+        let candidates = k.identities.iter().copied().zip(w.iter().copied());
+        super::rendezvous::pick_by(k.key, candidates)
+    });
+    rendezvous.unwrap_or_else(|| pick_index(w, rng.next_f64()))
 }
 
 /// Current shares for all candidates of an alias (allocates; for /status and metrics), at the
@@ -862,6 +918,123 @@ mod tests {
         let refs = [&a, &b];
         let c = choose(&refs, Mode::NonStreaming, None, &p, &mut rng);
         assert!(c.is_some_and(|c| c.index < 2));
+    }
+
+    /// Well-spread conversation keys.
+    fn conversation_keys(n: u64) -> impl Iterator<Item = u64> {
+        (0..n).map(|k| SplitMix64::new(k).next_u64())
+    }
+
+    const IDS: [u64; 3] = [0xA1, 0xB2, 0xC3];
+
+    fn keyed(key: u64) -> Option<Keyed<'static>> {
+        Some(Keyed {
+            key,
+            identities: &IDS,
+        })
+    }
+
+    #[test]
+    fn a_key_always_lands_on_its_rendezvous_pick_over_the_shares() {
+        let p = RoutingParams::default();
+        let cands = vec![stats(Some(100.0), 0), stats(Some(110.0), 0), stats(None, 0)];
+        let shares = shares_for_at(&cands, Mode::NonStreaming, &p, 0);
+        let mut rng = SplitMix64::new(9);
+        let mut counts = [0usize; 3];
+        let n = 20_000;
+        for key in conversation_keys(n) {
+            let want = super::super::rendezvous::pick_by(key, IDS.into_iter().zip(shares.clone()));
+            for _ in 0..3 {
+                let c = choose_keyed_at(
+                    &cands,
+                    Mode::NonStreaming,
+                    None,
+                    keyed(key),
+                    &p,
+                    0,
+                    &mut rng,
+                );
+                assert_eq!(c.map(|c| c.index), want, "key {key}");
+            }
+            counts[want.unwrap_or(9)] += 1;
+        }
+        // Across conversations the split is the shares, the cold candidate's probe included.
+        for (i, (&c, s)) in counts.iter().zip(&shares).enumerate() {
+            let got = c as f64 / n as f64;
+            assert!((got - s).abs() < 0.015, "candidate {i}: {got} vs {s}");
+        }
+        assert!(counts[2] > 0, "the cold candidate gets conversations");
+    }
+
+    #[test]
+    fn conversations_leave_a_failing_candidate_and_a_backed_off_one() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(2);
+        let cands = vec![
+            stats(Some(100.0), 0),
+            stats(Some(100.0), 0),
+            stats(Some(100.0), 0),
+        ];
+        let on = |cands: &[Arc<CandidateStats>], key, now, rng: &mut SplitMix64| {
+            choose_keyed_at(cands, Mode::NonStreaming, None, keyed(key), &p, now, rng)
+                .map_or(9, |c| c.index)
+        };
+        let keys: Vec<u64> = conversation_keys(3000).collect();
+        let before: Vec<usize> = keys.iter().map(|&k| on(&cands, k, 0, &mut rng)).collect();
+        let on_first = before.iter().filter(|&&i| i == 0).count();
+        assert!(on_first > 800, "{on_first}");
+        // Candidate 0 starts failing: its share falls to the floor and its conversations move;
+        // the others' conversations stay where they were.
+        for _ in 0..4 {
+            cands[0].record_outcome(Outcome::Failure, p.ewma_alpha);
+        }
+        let after: Vec<usize> = keys.iter().map(|&k| on(&cands, k, 0, &mut rng)).collect();
+        let still = after.iter().filter(|&&i| i == 0).count();
+        assert!(
+            still < 3000 / 50,
+            "{still} conversations stayed on the failing candidate"
+        );
+        for (b, a) in before.iter().zip(&after) {
+            assert!(*b == 0 || a == b, "a conversation left a healthy candidate");
+        }
+        // A backed-off candidate gets no conversation at all.
+        cands[1].back_off_until(1_000);
+        assert!(keys.iter().all(|&k| on(&cands, k, 500, &mut rng) != 1));
+    }
+
+    #[test]
+    fn a_pin_wins_over_the_key_and_a_mismatched_key_is_ignored() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(4);
+        let cands = vec![
+            stats(Some(100.0), 0),
+            stats(Some(100.0), 0),
+            stats(Some(100.0), 0),
+        ];
+        for key in conversation_keys(200) {
+            let c = choose_keyed_at(
+                &cands,
+                Mode::NonStreaming,
+                Some(2),
+                keyed(key),
+                &p,
+                0,
+                &mut rng,
+            );
+            assert_eq!(c.map(|c| (c.index, c.pinned_honoured)), Some((2, true)));
+        }
+        // Identities that do not match the candidates: the random pick (it varies per call).
+        let short = Some(Keyed {
+            key: 7,
+            identities: &IDS[..2],
+        });
+        let picks: std::collections::HashSet<usize> = (0..200)
+            .filter_map(|_| {
+                choose_keyed_at(&cands, Mode::NonStreaming, None, short, &p, 0, &mut rng)
+            })
+            .map(|c| c.index)
+            .collect();
+        assert_eq!(picks.len(), 3);
     }
 
     #[test]

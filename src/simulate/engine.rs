@@ -7,6 +7,7 @@
 //! until it succeeded, failed attempts and waits included.
 
 use super::clock::{EventQueue, Micros, MS, SEC};
+use super::conversations::{Talk, Turn};
 use super::provider::{Providers, Reply, Response};
 use super::scenario::{Contender, Scenario};
 use super::strategy::Strategy;
@@ -53,6 +54,8 @@ pub struct RequestLog {
     pub attempts: u8,
     /// True when an attempt succeeded.
     pub ok: bool,
+    /// Its place in a conversation (scenarios with conversations).
+    pub turn: Option<Turn>,
 }
 
 /// One attempt, as recorded.
@@ -70,6 +73,8 @@ pub struct AttemptLog {
     pub ok: bool,
     /// True for a `429` answer.
     pub limited: bool,
+    /// True when the provider's prompt cache held its prefix.
+    pub cached: bool,
 }
 
 /// Everything a run produced, in creation order.
@@ -99,6 +104,7 @@ struct Live {
     provider: usize,
     start: Micros,
     response: Option<Response>,
+    cached: bool,
 }
 
 struct Sidecar {
@@ -120,6 +126,9 @@ struct Run<'a> {
     providers: Providers,
     sidecars: Vec<Sidecar>,
     live: Vec<Live>,
+    /// The clients' conversations: one pool per sidecar when they are sticky, else one for
+    /// the fleet (empty without conversations).
+    talks: Vec<Talk>,
     log: RunLog,
 }
 
@@ -130,7 +139,8 @@ pub fn run(scenario: &Scenario, contender: Contender, seed: u64) -> RunLog {
     let mut run = Run {
         scenario,
         queue: EventQueue::new(),
-        providers: Providers::new(&scenario.providers, derive(seed, 2)),
+        providers: Providers::new(&scenario.providers, derive(seed, 2))
+            .with_conversations(scenario.conversations),
         sidecars: (0..scenario.sidecars)
             .map(|s| Sidecar {
                 strategy: make(),
@@ -139,6 +149,7 @@ pub fn run(scenario: &Scenario, contender: Contender, seed: u64) -> RunLog {
             })
             .collect(),
         live: Vec::new(),
+        talks: talks(scenario, seed),
         log: RunLog::default(),
     };
     for s in 0..scenario.sidecars {
@@ -155,6 +166,22 @@ pub fn run(scenario: &Scenario, contender: Contender, seed: u64) -> RunLog {
     run.log
 }
 
+/// The conversations of `scenario`'s clients: with sticky sessions each sidecar's own, else
+/// one pool for the fleet whose turns arrive at any sidecar.
+fn talks(scenario: &Scenario, seed: u64) -> Vec<Talk> {
+    let Some(c) = scenario.conversations else {
+        return Vec::new();
+    };
+    if c.sticky {
+        (0..scenario.sidecars)
+            .map(|s| Talk::new(c, c.open, s as u32, derive(seed, 2_000_000 + s as u64)))
+            .collect()
+    } else {
+        let open = c.open.saturating_mul(scenario.sidecars as u32);
+        vec![Talk::new(c, open, 0, derive(seed, 2_000_000))]
+    }
+}
+
 impl Run<'_> {
     fn arrive(&mut self, s: u32, now: Micros) {
         if now >= self.scenario.duration {
@@ -163,6 +190,8 @@ impl Run<'_> {
         self.queue
             .schedule(now + self.scenario.period, Event::Arrive(s));
         let request = self.log.requests.len();
+        let pool = if self.talks.len() > 1 { s as usize } else { 0 };
+        let turn = self.talks.get_mut(pool).map(Talk::next_turn);
         self.log.requests.push(RequestLog {
             sidecar: s,
             arrival: now,
@@ -170,15 +199,21 @@ impl Run<'_> {
             latency: 0,
             attempts: 0,
             ok: false,
+            turn,
         });
         self.attempt(request, now);
     }
 
     /// Sends the next attempt of `request`.
     fn attempt(&mut self, request: usize, now: Micros) {
-        let s = self.log.requests[request].sidecar;
+        let (s, turn) = {
+            let r = &self.log.requests[request];
+            (r.sidecar, r.turn)
+        };
         let car = &mut self.sidecars[s as usize];
-        let p = car.strategy.pick(now, &mut car.rng, &self.providers);
+        let p = car
+            .strategy
+            .pick_turn(turn.as_ref(), now, &mut car.rng, &self.providers);
         car.strategy.started(p, now);
         let r = &mut self.log.requests[request];
         if r.attempts == 0 {
@@ -192,22 +227,24 @@ impl Run<'_> {
             provider: p,
             start: now,
             response: None,
+            cached: false,
         });
-        if let Some(started) = self.providers.submit(p, id, now) {
+        if let Some(started) = self.providers.submit_turn(p, id, now, turn) {
             self.begin_service(started);
         }
     }
 
     fn begin_service(&mut self, started: super::provider::Started) {
         self.live[started.attempt].response = Some(started.response);
+        self.live[started.attempt].cached = started.cached;
         self.queue
             .schedule(started.done_at, Event::Done(started.attempt));
     }
 
     fn done(&mut self, a: usize, now: Micros) {
-        let (s, request, p, start) = {
+        let (s, request, p, start, cached) = {
             let l = &self.live[a];
-            (l.sidecar, l.request, l.provider, l.start)
+            (l.sidecar, l.request, l.provider, l.start, l.cached)
         };
         let Some(response) = self.live[a].response else {
             return;
@@ -225,6 +262,7 @@ impl Run<'_> {
             end: now,
             ok: response.ok(),
             limited: matches!(response.reply, Reply::Status { code: 429, .. }),
+            cached,
         });
         let r = &mut self.log.requests[request];
         if response.ok() || r.attempts >= MAX_ATTEMPTS {

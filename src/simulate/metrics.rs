@@ -76,6 +76,10 @@ pub struct Figures {
     pub failed_pct: f64,
     /// Attempts answered `429` in the focus window (each costs the client a retry wait).
     pub limited: usize,
+    /// Conversations: the fraction of successful attempts in the focus window whose prefix
+    /// the provider had cached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hit_rate: Option<f64>,
     /// Requests after the incident until ≥ 90% of traffic avoids the affected provider.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub switch_requests: Option<Option<usize>>,
@@ -127,6 +131,7 @@ pub fn figures(scenario: &Scenario, log: &RunLog) -> Figures {
             .iter()
             .filter(|a| a.limited && (from..to).contains(&a.start))
             .count(),
+        hit_rate: scenario.conversations.map(|_| hit_rate(log, from, to)),
         switch_requests: None,
         new_best_requests: None,
         bad_share: None,
@@ -164,6 +169,18 @@ pub fn figures(scenario: &Scenario, log: &RunLog) -> Figures {
         f.zoom = Some(series(scenario, log, from, to, ZOOM_BINS));
     }
     f
+}
+
+/// Fraction of the successful attempts started in `[from, to)` that were cache hits.
+fn hit_rate(log: &RunLog, from: Micros, to: Micros) -> f64 {
+    let answered = log
+        .attempts
+        .iter()
+        .filter(|a| a.ok && (from..to).contains(&a.start));
+    let (hits, all) = answered.fold((0usize, 0usize), |(h, n), a| {
+        (h + usize::from(a.cached), n + 1)
+    });
+    hits as f64 / all.max(1) as f64
 }
 
 /// Value at quantile `q` of sorted `v` (0 when empty).

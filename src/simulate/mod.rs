@@ -8,6 +8,7 @@
 //!
 //! - [`clock`]: virtual time and the event queue.
 //! - [`provider`] / [`queueing`]: provider models (latency jitter, incidents, capacity).
+//! - [`conversations`]: multi-turn conversations and the providers' prompt caches.
 //! - [`strategy`] / [`sturnus`]: the contenders.
 //! - [`scenario`]: scenarios, targets and contenders; [`scenario_file`]: their TOML schema.
 //! - [`engine`]: the event loop with client retries.
@@ -15,6 +16,7 @@
 
 pub mod chart;
 pub mod clock;
+pub mod conversations;
 pub mod engine;
 pub mod metrics;
 pub mod provider;
@@ -40,7 +42,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run only this built-in scenario (repeatable): step, outage, flaky, rate-limited, herd,
-    /// herd-200, herd-60, herd-90, herd-four, herd-step, herd-hosted, quota.
+    /// herd-200, herd-60, herd-90, herd-four, herd-step, herd-hosted, quota, conversations.
     #[arg(long = "scenario", value_name = "NAME")]
     pub scenarios: Vec<String>,
     /// Run the scenario described in this TOML file (repeatable; schema in docs/routing.md).
@@ -299,7 +301,7 @@ mod tests {
         assert!(r.is_err_and(|e| e.contains("unknown scenario \"nope\"")));
         let r = select(&[], &[PathBuf::from("/nonexistent/x.toml")], Size::Quick);
         assert!(r.is_err_and(|e| e.contains("/nonexistent/x.toml")));
-        assert_eq!(select(&[], &[], Size::Quick).map(|s| s.len()), Ok(12));
+        assert_eq!(select(&[], &[], Size::Quick).map(|s| s.len()), Ok(13));
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! provider draws from its own seeded generator, so runs are reproducible.
 
 use super::clock::{Micros, MS, SEC};
+use super::conversations::{ConversationSpec, PrefixCache, Turn};
 use super::queueing::Queue;
 use crate::routing::{RngSource, SplitMix64};
+use std::collections::HashMap;
 
 /// Default spread (sigma of the underlying normal) of the log-normal latency jitter.
 pub const JITTER_SIGMA: f64 = 0.25;
@@ -189,6 +191,8 @@ pub struct Started {
     pub done_at: Micros,
     /// The response.
     pub response: Response,
+    /// True when the provider's prompt cache held the request's prefix.
+    pub cached: bool,
 }
 
 /// Standard normal draw (Box–Muller; one of the pair is discarded for simplicity).
@@ -211,6 +215,12 @@ pub struct Providers {
     queues: Vec<Option<Queue>>,
     /// Per provider with a quota: the current window's index and the requests it accepted.
     used: Vec<(Micros, u64)>,
+    /// The scenario's conversations, when providers cache prompts.
+    conversations: Option<ConversationSpec>,
+    /// Per provider: its prompt cache.
+    caches: Vec<PrefixCache>,
+    /// The turns of attempts submitted and not yet served.
+    turns: HashMap<usize, Turn>,
 }
 
 impl Providers {
@@ -225,6 +235,17 @@ impl Providers {
                 .collect(),
             queues: specs.iter().map(|s| s.servers.map(Queue::new)).collect(),
             used: vec![(0, 0); specs.len()],
+            conversations: None,
+            caches: specs.iter().map(|_| PrefixCache::default()).collect(),
+            turns: HashMap::new(),
+        }
+    }
+
+    /// The same providers caching prompt prefixes as `conversations` says (`None`: no cache).
+    pub fn with_conversations(self, conversations: Option<ConversationSpec>) -> Self {
+        Self {
+            conversations,
+            ..self
         }
     }
 
@@ -236,6 +257,20 @@ impl Providers {
     /// Sends an attempt to provider `p` at `now`: `Some` when it is served at once, `None` when
     /// it waits in the provider's queue (it comes out of [`Providers::release`] later).
     pub fn submit(&mut self, p: usize, attempt: usize, now: Micros) -> Option<Started> {
+        self.submit_turn(p, attempt, now, None)
+    }
+
+    /// [`Providers::submit`] for an attempt that is `turn` of a conversation.
+    pub fn submit_turn(
+        &mut self,
+        p: usize,
+        attempt: usize,
+        now: Micros,
+        turn: Option<Turn>,
+    ) -> Option<Started> {
+        if let (Some(turn), Some(_)) = (turn, self.conversations) {
+            self.turns.insert(attempt, turn);
+        }
         let servers = self.specs[p].servers_at(now);
         if let (Some(q), Some(c)) = (&mut self.queues[p], servers) {
             q.set_servers(c);
@@ -268,6 +303,7 @@ impl Providers {
 
     /// Draws the response of an attempt queued at `queued_at` whose service starts at `now`.
     fn serve(&mut self, p: usize, attempt: usize, queued_at: Micros, now: Micros) -> Started {
+        let turn = self.turns.remove(&attempt);
         let spec = &self.specs[p];
         let rng = &mut self.rngs[p];
         let median_us = spec.median_ms * MS as f64;
@@ -308,6 +344,7 @@ impl Providers {
                         },
                         quota: Some(announced(*used, q)),
                     },
+                    cached: false,
                 };
             }
             *used += 1;
@@ -332,6 +369,20 @@ impl Providers {
                 error(rng, 429, Some(secs))
             }
         };
+        let (service, cached) = match (turn, self.conversations) {
+            (Some(turn), Some(c)) if reply == Reply::Ok => {
+                let cache = &mut self.caches[p];
+                let hit = cache.hit(&turn, now);
+                let service = if hit {
+                    ((service as f64 * c.hit_ttfc).round() as Micros).max(1)
+                } else {
+                    service
+                };
+                cache.store(&turn, now + service, c.ttl);
+                (service, hit)
+            }
+            _ => (service, false),
+        };
         let done_at = now + service;
         Started {
             attempt,
@@ -341,6 +392,16 @@ impl Providers {
                 reply,
                 quota,
             },
+            cached,
+        }
+    }
+
+    /// [`Providers::expected_cost`] for `turn`: a cached prefix answers sooner.
+    pub fn expected_cost_of(&self, p: usize, now: Micros, turn: Option<&Turn>) -> f64 {
+        let cost = self.expected_cost(p, now);
+        match (turn, self.conversations) {
+            (Some(turn), Some(c)) if self.caches[p].hit(turn, now) => cost * c.hit_ttfc,
+            _ => cost,
         }
     }
 

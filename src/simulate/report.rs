@@ -131,6 +131,9 @@ fn target(strategy: &str, what: &str, value: String, pass: bool) -> Target {
 /// The contender quota pacing is measured against.
 pub const BACK_OFF_ONLY: &str = "sturnus (back-off only)";
 
+/// The contender prefix affinity is measured against.
+pub const CACHE_BLIND: &str = "sturnus (cache-blind)";
+
 /// The strategies that probe every provider: sturnus must do at least as well as the best.
 pub const PROBING: [&str; 3] = ["round-robin", "random", "p2c-peak-ewma"];
 
@@ -168,6 +171,23 @@ fn targets(scenario: &Scenario, rows: &[Row]) -> Vec<Target> {
                 format!("mean latency no worse than {BACK_OFF_ONLY}"),
                 format!("{:.0} ms vs {:.0} ms", f.mean_ms, base.figures.mean_ms),
                 f.mean_ms <= base.figures.mean_ms,
+            );
+        }
+    }
+    if let Some(cut) = t.faster_than_cache_blind {
+        if let Some(base) = rows.iter().find(|r| r.strategy == CACHE_BLIND) {
+            let (mine, theirs) = (f.mean_ms, base.figures.mean_ms);
+            let lower = 1.0 - mine / theirs.max(f64::MIN_POSITIVE);
+            push(
+                format!(
+                    "mean time to first chunk at least {:.0}% lower than {CACHE_BLIND}",
+                    cut * 100.0
+                ),
+                format!(
+                    "{mine:.0} ms vs {theirs:.0} ms ({:.1}% lower)",
+                    lower * 100.0
+                ),
+                lower >= cut,
             );
         }
     }
@@ -309,13 +329,13 @@ pub fn markdown(report: &Report) -> String {
                 );
             }
         } else {
-            s.push_str("| strategy | mean ms | x oracle | p95 ms | x oracle | failed | 429s | off affected (req) | new best 90% (req) | share to affected | majority back (req) |\n");
-            s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+            s.push_str("| strategy | mean ms | x oracle | p95 ms | x oracle | failed | 429s | cache hits | off affected (req) | new best 90% (req) | share to affected | majority back (req) |\n");
+            s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
             for r in &sc.rows {
                 let f = &r.figures;
                 let _ = writeln!(
                     s,
-                    "| {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2}% | {} | {} | {} | {} | {} |",
+                    "| {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2}% | {} | {} | {} | {} | {} | {} |",
                     r.strategy,
                     f.mean_ms,
                     r.mean_vs_oracle,
@@ -323,6 +343,7 @@ pub fn markdown(report: &Report) -> String {
                     r.p95_vs_oracle,
                     f.failed_pct,
                     f.limited,
+                    opt(f.hit_rate, pct),
                     opt(f.switch_requests, count),
                     opt(f.new_best_requests, count),
                     opt(f.bad_share, |x| format!("{:.2}%", x * 100.0)),

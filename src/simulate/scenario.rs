@@ -8,6 +8,7 @@
 //! act as independent repetitions, with capacity-limited ones (a herd) they share queues.
 
 use super::clock::Micros;
+use super::conversations::ConversationSpec;
 use super::provider::ProviderSpec;
 use super::queueing::optimal_split;
 use super::scenario_file;
@@ -47,6 +48,9 @@ pub struct Targets {
     /// Quota: at least this fraction fewer `429`s than sturnus without quota pacing, and a
     /// mean latency no worse.
     pub fewer_429s: Option<f64>,
+    /// Conversations: a mean time to first chunk at least this fraction lower than sturnus
+    /// picking every request at random (cache-blind).
+    pub faster_than_cache_blind: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -65,6 +69,7 @@ impl Default for Targets {
             sidecar_std: None,
             fleet_std: None,
             fewer_429s: None,
+            faster_than_cache_blind: None,
         }
     }
 }
@@ -90,6 +95,9 @@ pub struct Scenario {
     pub focus: (Micros, Micros),
     /// True for a herd: settle/oscillate figures, and the oracle routes by the optimal split.
     pub herd: bool,
+    /// Requests are turns of conversations and providers cache prompts (`None`: plain
+    /// requests, no cache).
+    pub conversations: Option<ConversationSpec>,
     /// What sturnus must achieve here.
     pub targets: Targets,
 }
@@ -104,7 +112,7 @@ pub enum Size {
 }
 
 /// The built-in scenarios: name and TOML text (the files under `docs/routing/scenarios/`).
-pub const BUILT_IN: [(&str, &str); 12] = [
+pub const BUILT_IN: [(&str, &str); 13] = [
     (
         "step",
         include_str!("../../docs/routing/scenarios/step.toml"),
@@ -152,6 +160,10 @@ pub const BUILT_IN: [(&str, &str); 12] = [
     (
         "quota",
         include_str!("../../docs/routing/scenarios/quota.toml"),
+    ),
+    (
+        "conversations",
+        include_str!("../../docs/routing/scenarios/conversations.toml"),
     ),
 ];
 
@@ -245,11 +257,20 @@ pub fn herd_split(scenario: &Scenario) -> Vec<(Micros, Vec<f64>)> {
         .collect()
 }
 
-/// Every contender: sturnus (as `current` says), sturnus as seeded, the oracle, then the
-/// baselines.
-/// The contenders of `scenario`: [`contenders`], and where a provider has a quota, sturnus
-/// without quota pacing (`current` otherwise), the yardstick pacing is measured against.
+/// The contenders of `scenario`: [`contenders`]; where a provider has a quota, sturnus
+/// without quota pacing (`current` otherwise), the yardstick pacing is measured against; with
+/// conversations, "sturnus" with prefix affinity on (what the scenario measures, whatever the
+/// default) and sturnus picking every request at random (cache-blind), its yardstick.
 pub fn contenders_for(current: Variant, scenario: &Scenario) -> Vec<Contender> {
+    if scenario.conversations.is_some() {
+        let keyed = Variant {
+            prefix_affinity: true,
+            ..current
+        };
+        let mut all = contenders(keyed);
+        all.insert(1, Contender::Sturnus(Variant::cache_blind_of(current)));
+        return all;
+    }
     let mut all = contenders(current);
     if scenario.providers.iter().any(|p| p.quota.is_some()) {
         all.insert(
@@ -263,7 +284,8 @@ pub fn contenders_for(current: Variant, scenario: &Scenario) -> Vec<Contender> {
     all
 }
 
-/// The contenders every scenario runs.
+/// The contenders every scenario runs: sturnus (as `current` says), sturnus as seeded, the
+/// oracle, then the baselines.
 pub fn contenders(current: Variant) -> Vec<Contender> {
     vec![
         Contender::Sturnus(current),

@@ -5,6 +5,7 @@
 //! schema is documented in `docs/routing.md`. Errors name the offending field.
 
 use super::clock::{Micros, SEC};
+use super::conversations::ConversationSpec;
 use super::provider::{Behaviour, Phase, ProviderSpec, QuotaSpec};
 use super::scenario::{Incident, Scenario, Size, Targets};
 use serde::Deserialize;
@@ -31,6 +32,7 @@ struct File {
     focus_s: [f64; 2],
     figures: FigureKind,
     incident: Option<IncidentFile>,
+    conversations: Option<ConversationsFile>,
     quick: Option<Quick>,
     #[serde(default)]
     targets: Targets,
@@ -45,6 +47,19 @@ enum FigureKind {
     Incident,
     /// Herd figures: share standard deviations; the oracle uses the optimal split.
     Herd,
+}
+
+/// Requests are turns of conversations; providers cache prompt prefixes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConversationsFile {
+    applications: u32,
+    turns: [u32; 2],
+    open: u32,
+    #[serde(default)]
+    sticky: bool,
+    hit_ttfc: f64,
+    cache_ttl_s: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -211,6 +226,7 @@ fn build(f: File, size: Size) -> Result<Scenario, String> {
             })
         }
     };
+    let conversations = f.conversations.as_ref().map(conversations).transpose()?;
     let herd = f.figures == FigureKind::Herd;
     check(herd || f.incident.is_some(), || {
         "incident: required when figures = \"incident\"".into()
@@ -229,7 +245,38 @@ fn build(f: File, size: Size) -> Result<Scenario, String> {
         incident,
         focus,
         herd,
+        conversations,
         targets,
+    })
+}
+
+fn conversations(c: &ConversationsFile) -> Result<ConversationSpec, String> {
+    check((1..=1_000_000).contains(&c.applications), || {
+        format!(
+            "conversations.applications: {} is out of range (1 to 1000000)",
+            c.applications
+        )
+    })?;
+    let [lo, hi] = c.turns;
+    check(lo >= 1 && lo <= hi && hi <= 1000, || {
+        format!("conversations.turns: [{lo}, {hi}] must be [fewest, most] with 1 <= fewest <= most <= 1000")
+    })?;
+    check((1..=1000).contains(&c.open), || {
+        format!("conversations.open: {} is out of range (1 to 1000)", c.open)
+    })?;
+    check(c.hit_ttfc > 0.0 && c.hit_ttfc <= 1.0, || {
+        format!(
+            "conversations.hit_ttfc: {} is out of range (> 0 and <= 1)",
+            c.hit_ttfc
+        )
+    })?;
+    Ok(ConversationSpec {
+        applications: c.applications,
+        turns: (lo, hi),
+        open: c.open,
+        sticky: c.sticky,
+        hit_ttfc: c.hit_ttfc,
+        ttl: secs("conversations.cache_ttl_s", c.cache_ttl_s)?,
     })
 }
 
@@ -445,6 +492,48 @@ jitter = 0.1
         assert_eq!(f.targets.mean_vs_oracle, None);
     }
 
+    /// MINIMAL with conversations, one field of them replaced by `field`.
+    fn with_conversations(field: &str) -> String {
+        let mut fields = [
+            "applications = 3",
+            "turns = [3, 8]",
+            "open = 4",
+            "hit_ttfc = 0.25",
+            "cache_ttl_s = 300",
+        ];
+        let key = field.split(' ').next().unwrap_or_default();
+        for f in fields.iter_mut() {
+            if f.starts_with(key) {
+                *f = field;
+            }
+        }
+        MINIMAL.replace(
+            "quick = {",
+            &format!("conversations = {{ {} }}\nquick = {{", fields.join(", ")),
+        )
+    }
+
+    #[test]
+    fn conversations_are_read() {
+        let s =
+            parse(&with_conversations("open = 4"), Size::Full).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.conversations,
+            Some(ConversationSpec {
+                applications: 3,
+                turns: (3, 8),
+                open: 4,
+                sticky: false,
+                hit_ttfc: 0.25,
+                ttl: 300 * SEC,
+            })
+        );
+        assert_eq!(
+            parse(MINIMAL, Size::Full).map(|s| s.conversations),
+            Ok(None)
+        );
+    }
+
     #[test]
     fn rate_limit_points_at_the_end_of_its_phase() {
         let text = MINIMAL.replace(
@@ -503,6 +592,18 @@ jitter = 0.1
             (
                 MINIMAL.replace("from_s = 20,", "from_s = 5,"),
                 "increasing time order",
+            ),
+            (
+                with_conversations("turns = [5, 3]"),
+                "conversations.turns: [5, 3] must be",
+            ),
+            (
+                with_conversations("hit_ttfc = 0"),
+                "conversations.hit_ttfc: 0 is out of range",
+            ),
+            (
+                with_conversations("open = 0"),
+                "conversations.open: 0 is out of range",
             ),
         ];
         for (text, want) in cases {

@@ -7,6 +7,7 @@
 //! knows every provider's true expected cost at the moment it picks.
 
 use super::clock::Micros;
+use super::conversations::Turn;
 use super::provider::{Providers, Response};
 use crate::routing::{RngSource, SplitMix64};
 use std::collections::VecDeque;
@@ -25,6 +26,18 @@ pub const PEAK_EWMA_DECAY_US: f64 = 10_000_000.0;
 pub trait Strategy {
     /// Provider index for an attempt sent at `now` (`world` is only for the oracle's eyes).
     fn pick(&mut self, now: Micros, rng: &mut SplitMix64, world: &Providers) -> usize;
+
+    /// Provider index for an attempt that is `turn` of a conversation; strategies that do not
+    /// look at conversations pick as [`Strategy::pick`].
+    fn pick_turn(
+        &mut self,
+        _turn: Option<&Turn>,
+        now: Micros,
+        rng: &mut SplitMix64,
+        world: &Providers,
+    ) -> usize {
+        self.pick(now, rng, world)
+    }
 
     /// An attempt to `p` was sent at `now`.
     fn started(&mut self, _p: usize, _now: Micros) {}
@@ -233,6 +246,18 @@ impl Oracle {
 
 impl Strategy for Oracle {
     fn pick(&mut self, now: Micros, rng: &mut SplitMix64, world: &Providers) -> usize {
+        self.pick_turn(None, now, rng, world)
+    }
+
+    /// With conversations, the greedy oracle also knows which provider caches the turn's
+    /// prefix.
+    fn pick_turn(
+        &mut self,
+        turn: Option<&Turn>,
+        now: Micros,
+        rng: &mut SplitMix64,
+        world: &Providers,
+    ) -> usize {
         match &self.split {
             Some(splits) => {
                 let shares = splits
@@ -242,7 +267,7 @@ impl Strategy for Oracle {
                     .map_or(&[][..], |(_, s)| s.as_slice());
                 crate::routing::pick_index(shares, rng.next_f64())
             }
-            None => argmin((0..world.specs().len()).map(|p| world.expected_cost(p, now))),
+            None => argmin((0..world.specs().len()).map(|p| world.expected_cost_of(p, now, turn))),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! behaviour and the current one run side by side.
 
 use super::clock::{Micros, MS, SEC};
+use super::conversations::Turn;
 use super::provider::{Providers, Reply, Response};
 use super::strategy::Strategy;
 use crate::routing::{
@@ -35,6 +36,8 @@ pub struct Variant {
     pub congestion: bool,
     /// Announced quotas pace the candidate ([`crate::routing::quota`]).
     pub pacing: bool,
+    /// A conversation's turns pick by its key ([`routing::choose_keyed_at`]).
+    pub prefix_affinity: bool,
 }
 
 impl Variant {
@@ -52,20 +55,22 @@ impl Variant {
         retry_after: false,
         congestion: false,
         pacing: false,
+        prefix_affinity: false,
     };
 
     /// One line saying how this variant routes.
     pub fn describe(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
         format!(
-            "exploit_k {}, ewma_alpha {}, probe_floor {}, waiting age {}, Retry-After {}, congestion discount {}, quota pacing {}",
+            "exploit_k {}, ewma_alpha {}, probe_floor {}, waiting age {}, Retry-After {}, congestion discount {}, quota pacing {}, prefix affinity {}",
             self.params.exploit_k,
             self.params.ewma_alpha,
             self.params.probe_floor,
             on(self.wait_age),
             on(self.retry_after),
             on(self.congestion),
-            on(self.pacing)
+            on(self.pacing),
+            on(self.prefix_affinity)
         )
     }
 
@@ -78,6 +83,17 @@ impl Variant {
             retry_after: true,
             congestion: true,
             pacing: true,
+            prefix_affinity: routing::rendezvous::PREFIX_AFFINITY_DEFAULT,
+        }
+    }
+
+    /// `current` picking every request at random (today's rule without a key): the yardstick
+    /// of the conversations scenario.
+    pub fn cache_blind_of(current: Variant) -> Variant {
+        Variant {
+            label: "sturnus (cache-blind)",
+            prefix_affinity: false,
+            ..current
         }
     }
 
@@ -98,6 +114,8 @@ pub struct Sturnus {
     stats: Vec<Arc<CandidateStats>>,
     inflight: Vec<Vec<OwnedInflightGuard>>,
     waiting: Vec<Vec<WaitGuard>>,
+    /// The candidates' rendezvous identities.
+    identities: Vec<u64>,
     variant: Variant,
 }
 
@@ -117,6 +135,9 @@ impl Sturnus {
                 .collect(),
             inflight: (0..n).map(|_| Vec::new()).collect(),
             waiting: (0..n).map(|_| Vec::new()).collect(),
+            identities: (0..n)
+                .map(|i| routing::rendezvous::identity(&format!("provider-{i}/model")))
+                .collect(),
             variant,
         }
     }
@@ -128,9 +149,28 @@ impl Sturnus {
 }
 
 impl Strategy for Sturnus {
-    fn pick(&mut self, now: Micros, rng: &mut SplitMix64, _world: &Providers) -> usize {
+    fn pick(&mut self, now: Micros, rng: &mut SplitMix64, world: &Providers) -> usize {
+        self.pick_turn(None, now, rng, world)
+    }
+
+    /// As the proxy: with prefix affinity, a later turn picks by its conversation's key (an
+    /// opening turn, whose messages end with the opening, is picked at random).
+    fn pick_turn(
+        &mut self,
+        turn: Option<&Turn>,
+        now: Micros,
+        rng: &mut SplitMix64,
+        _world: &Providers,
+    ) -> usize {
+        let keyed = turn
+            .filter(|t| self.variant.prefix_affinity && t.number > 0)
+            .map(|t| routing::Keyed {
+                key: t.key(),
+                identities: &self.identities,
+            });
         let params = &self.variant.params;
-        routing::choose_at(&self.stats, MODE, None, params, now, rng).map_or(0, |c| c.index)
+        routing::choose_keyed_at(&self.stats, MODE, None, keyed, params, now, rng)
+            .map_or(0, |c| c.index)
     }
 
     fn started(&mut self, p: usize, now: Micros) {

@@ -18,6 +18,7 @@ mod load;
 mod observability;
 mod overhead;
 mod passthrough;
+mod prefix;
 mod providers;
 mod quota;
 mod routing;

@@ -54,7 +54,7 @@ fn num(v: &Value, key: &str) -> f64 {
 }
 
 /// Every built-in scenario, in the order the report lists them.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "step",
     "outage",
     "flaky",
@@ -67,6 +67,7 @@ const SCENARIOS: [&str; 12] = [
     "herd-step",
     "herd-hosted",
     "quota",
+    "conversations",
 ];
 
 #[test]
@@ -140,6 +141,21 @@ fn quick_run_of_every_scenario_meets_the_targets_and_writes_charts() {
         backed_off > 0.0 && paced <= 0.1 * backed_off,
         "{paced} vs {backed_off}"
     );
+
+    // conversations: every strategy's cache hit rate is reported; with prefix affinity on,
+    // the slowed provider still loses its traffic within 50 requests.
+    let talk = scenario(&report, "conversations");
+    for r in talk["rows"].as_array().into_iter().flatten() {
+        let hits = num(r, "hit_rate");
+        assert!((0.0..=1.0).contains(&hits), "{r}");
+    }
+    let me = row(talk, "sturnus");
+    assert!(num(me, "switch_requests") <= 50.0, "{me}");
+    assert!(
+        num(me, "hit_rate") > num(row(talk, "random"), "hit_rate"),
+        "{me}"
+    );
+    assert!(row(talk, "sturnus (cache-blind)")["hit_rate"].is_number());
 
     for name in SCENARIOS {
         let svg = std::fs::read_to_string(out_dir.join(format!("{name}.svg"))).expect("chart");

@@ -1,0 +1,210 @@
+//! Prompt-cache affinity end to end: later turns of a conversation keep to the candidate their
+//! key picks by weighted rendezvous over the shares, new conversations follow the shares, the
+//! explicit `x-session-affinity` pin wins, and a conversation moves off a failing candidate.
+
+use crate::common;
+
+use common::*;
+use std::time::Duration;
+use sturnus::routing::rendezvous::{identity, pick_by};
+
+/// Two simulated providers `a` (model `ma`) and `b` (model `mb`) as alias `fast`, sturnus in
+/// front with `routing` as its `[routing]` table.
+async fn two_candidates(routing: &str) -> (SimProvider, SimProvider, Proxy) {
+    let a = SimProvider::start("a").await.unwrap();
+    let b = SimProvider::start("b").await.unwrap();
+    let config = format!(
+        "{}{}\n[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n[routing]\n{routing}",
+        provider_toml("a", &a, None),
+        provider_toml("b", &b, None)
+    );
+    let proxy = Proxy::start(&config).await;
+    (a, b, proxy)
+}
+
+/// Turn `turn` (1-based) of conversation `question` after `system`: the system prompt, the
+/// first question, then an answer and a follow-up per earlier turn.
+fn turn_body(system: &str, question: &str, turn: usize) -> String {
+    let mut messages = vec![
+        serde_json::json!({"role": "system", "content": system}),
+        serde_json::json!({"role": "user", "content": question}),
+    ];
+    for t in 1..turn {
+        messages.push(serde_json::json!({"role": "assistant", "content": format!("answer {t}")}));
+        messages.push(serde_json::json!({"role": "user", "content": format!("follow-up {t}")}));
+    }
+    serde_json::json!({"model": "fast", "messages": messages}).to_string()
+}
+
+const SYSTEM: &str = "You are the support assistant of a bicycle shop. Answer briefly.";
+
+/// The provider the key of conversation `question` lands on when `a` and `b` have these
+/// shares, as every sidecar computes it.
+fn lands_on(question: &str, share_a: f64, share_b: f64) -> &'static str {
+    let body = turn_body(SYSTEM, question, 2);
+    let inspected = sturnus::body::inspect(body.as_bytes()).unwrap();
+    let key = inspected.conversation_key.expect("a conversation key");
+    let candidates = [(identity("a/ma"), share_a), (identity("b/mb"), share_b)];
+    ["a", "b"][pick_by(key, candidates).unwrap()]
+}
+
+/// Sends `body` (optionally pinned) and returns the provider that served it.
+async fn send(proxy: &Proxy, body: String, pin: Option<&str>) -> String {
+    let mut req = client().post(proxy.url("/v1/chat/completions")).body(body);
+    if let Some(pin) = pin {
+        req = req.header("x-session-affinity", pin);
+    }
+    let resp = req.send().await.unwrap();
+    let provider = served_by(&resp);
+    resp.bytes().await.unwrap();
+    provider
+}
+
+/// Warms both candidates with one-shot requests (unkeyed: they follow the shares).
+async fn warm(proxy: &Proxy) {
+    let c = client();
+    for _ in 0..40 {
+        let resp = send_chat(&c, proxy.url("/v1/chat/completions"), false).await;
+        resp.bytes().await.unwrap();
+    }
+}
+
+/// The non-streaming shares of `a` and `b` on `/status`.
+async fn shares(proxy: &Proxy) -> (f64, f64) {
+    let status = proxy.status().await;
+    let share = |p| {
+        status_candidate(&status, p)["share"]["non_streaming"]
+            .as_f64()
+            .unwrap()
+    };
+    (share("a"), share("b"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conversations_later_turns_keep_to_one_candidate_and_new_ones_follow_the_shares() {
+    // b is far slower, so it sits at the probe floor: shares exactly 0.8 / 0.2, whatever the
+    // machine's noise.
+    let (a, b, proxy) = two_candidates("probe_floor = 0.2\nprefix_affinity = true\n").await;
+    a.behaviour.set_latency(Duration::from_millis(2));
+    b.behaviour.set_latency(Duration::from_millis(60));
+    warm(&proxy).await;
+    let (share_a, share_b) = shares(&proxy).await;
+    assert!((share_a - 0.8).abs() < 1e-9 && (share_b - 0.2).abs() < 1e-9);
+
+    // Conversations whose key lands on b and on a: every later turn goes there.
+    let questions: Vec<String> = (0..200)
+        .map(|i| format!("Question {i}: which tyre?"))
+        .collect();
+    let on_b: Vec<&String> = questions
+        .iter()
+        .filter(|q| lands_on(q, 0.8, 0.2) == "b")
+        .collect();
+    let on_a: Vec<&String> = questions
+        .iter()
+        .filter(|q| lands_on(q, 0.8, 0.2) == "a")
+        .collect();
+    assert!(on_b.len() >= 3 && on_a.len() >= 3);
+    for (q, want) in on_b
+        .iter()
+        .take(3)
+        .map(|q| (q, "b"))
+        .chain(on_a.iter().take(3).map(|q| (q, "a")))
+    {
+        for turn in 2..=7 {
+            let got = send(&proxy, turn_body(SYSTEM, q, turn), None).await;
+            assert_eq!(got, want, "turn {turn} of {q:?}");
+        }
+    }
+
+    // Many new conversations: each lands where its key says, so they split as the shares.
+    let mut to_b = 0;
+    for q in &questions {
+        let got = send(&proxy, turn_body(SYSTEM, q, 2), None).await;
+        assert_eq!(got, lands_on(q, 0.8, 0.2), "{q:?}");
+        to_b += usize::from(got == "b");
+    }
+    let fraction = to_b as f64 / questions.len() as f64;
+    assert!(
+        (0.1..=0.3).contains(&fraction),
+        "b got {fraction} of new conversations"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_explicit_header_wins_over_the_derived_key() {
+    let (a, b, proxy) = two_candidates("probe_floor = 0.5\nprefix_affinity = true\n").await;
+    a.behaviour.set_latency(Duration::from_millis(2));
+    b.behaviour.set_latency(Duration::from_millis(2));
+    warm(&proxy).await;
+    // Even shares: find a conversation keyed to a and one keyed to b, then pin each to the
+    // other candidate.
+    let questions: Vec<String> = (0..50)
+        .map(|i| format!("Order {i}: where is it?"))
+        .collect();
+    for want in ["a", "b"] {
+        let q = questions
+            .iter()
+            .find(|q| lands_on(q, 0.5, 0.5) == want)
+            .unwrap();
+        let other = if want == "a" { "b" } else { "a" };
+        let pin = format!("{other}/m{other}");
+        for turn in 2..=5 {
+            assert_eq!(send(&proxy, turn_body(SYSTEM, q, turn), None).await, want);
+            let pinned = send(&proxy, turn_body(SYSTEM, q, turn), Some(&pin)).await;
+            assert_eq!(pinned, other, "the pin lost to the key on turn {turn}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_prefix_affinity_off_a_conversation_spreads() {
+    // Off is the default; it is spelled out here all the same.
+    let (a, b, proxy) = two_candidates("probe_floor = 0.5\nprefix_affinity = false\n").await;
+    a.behaviour.set_latency(Duration::from_millis(2));
+    b.behaviour.set_latency(Duration::from_millis(2));
+    let mut seen = std::collections::HashSet::new();
+    // Even shares: 60 turns of one conversation all on one side has odds of 2^-59.
+    for turn in 0..60 {
+        seen.insert(
+            send(
+                &proxy,
+                turn_body(SYSTEM, "Is it raining?", 2 + turn % 5),
+                None,
+            )
+            .await,
+        );
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conversation_moves_off_a_candidate_that_starts_failing_and_stays_moved() {
+    let (a, b, proxy) = two_candidates("prefix_affinity = true\n").await;
+    a.behaviour.set_latency(Duration::from_millis(5));
+    b.behaviour.set_latency(Duration::from_millis(15));
+    warm(&proxy).await;
+    // A conversation that lands on a while a has 80 % or more, and on b while b has.
+    let q = (0..100)
+        .map(|i| format!("Ticket {i}: my chain squeaks"))
+        .find(|q| lands_on(q, 0.8, 0.2) == "a" && lands_on(q, 0.2, 0.8) == "b")
+        .unwrap();
+    for turn in 2..=4 {
+        assert_eq!(send(&proxy, turn_body(SYSTEM, &q, turn), None).await, "a");
+    }
+    // a fails every request from now on: its share falls and the conversation moves to b
+    // within a few turns (no retry: the client sees the failures meanwhile).
+    a.behaviour.set_fault(Fault::Status(503));
+    let mut served = Vec::new();
+    for turn in 5..=30 {
+        served.push(send(&proxy, turn_body(SYSTEM, &q, turn), None).await);
+    }
+    let moved = served.iter().position(|p| p == "b").expect("never moved");
+    assert!(moved <= 12, "moved after {moved} failing turns: {served:?}");
+    assert!(
+        served[moved..].iter().all(|p| p == "b"),
+        "it came back to the failing candidate: {served:?}"
+    );
+    // The key lands on a whenever a has 80 % or more: its share fell below that.
+    let (share_a, _) = shares(&proxy).await;
+    assert!(share_a < 0.8, "a kept {share_a}");
+}
