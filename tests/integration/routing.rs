@@ -55,8 +55,10 @@ fn share(served: &[String], provider: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
     // A 2% floor makes "the slower one is still probed in 500 requests" certain (0.98^500 is
-    // 4e-5) rather than likely; the 6x latency gap keeps the winner's share far above 85% even
-    // when a loaded machine adds milliseconds of scheduling noise to both.
+    // 4e-5) rather than likely. On a quiet machine the 6x latency gap gives the winner the
+    // whole share above the floor (98%); a loaded machine stretches a 10 ms answer by bursts of
+    // scheduling delay, which the congestion discount reads as queueing, so the bound leaves
+    // room for that: three quarters is still "follows the faster one".
     let (a, b, proxy) = two_candidates("[routing]\nprobe_floor = 0.02\n").await;
     a.behaviour.set_latency(Duration::from_millis(10));
     b.behaviour.set_latency(Duration::from_millis(60));
@@ -66,7 +68,7 @@ async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
         "b was never probed while cold"
     );
     let served = drive(&proxy, 500, 4, false).await;
-    assert!(share(&served, "a") > 0.85, "a got {}", share(&served, "a"));
+    assert!(share(&served, "a") > 0.75, "a got {}", share(&served, "a"));
     assert!(
         share(&served, "b") > 0.0,
         "the slower candidate lost its probe share"
@@ -77,7 +79,7 @@ async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
     let after = drive(&proxy, 400, 4, false).await;
     let settled = &after[200..];
     assert!(
-        share(settled, "b") > 0.85,
+        share(settled, "b") > 0.75,
         "b got {} after the swap",
         share(settled, "b")
     );
@@ -91,7 +93,7 @@ async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
         .map(|i| cands[i]["share"]["non_streaming"].as_f64().unwrap())
         .sum();
     assert!((total - 1.0).abs() < 1e-9);
-    assert!(cands[1]["share"]["non_streaming"].as_f64().unwrap() > 0.85);
+    assert!(cands[1]["share"]["non_streaming"].as_f64().unwrap() > 0.75);
     assert_eq!(cands[0]["state"], "warm");
     let lat_a = cands[0]["non_streaming"]["latency_ms"].as_f64().unwrap();
     assert!(
