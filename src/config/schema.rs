@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(r.exploit_k, 6.0);
         assert_eq!(r.probe_floor, 0.01);
         assert_eq!(r.error_threshold, 0.5);
-        assert!(!r.prefix_affinity);
+        assert!(r.prefix_affinity);
         assert_eq!(r.connect_timeout, Duration::from_secs(10));
         assert_eq!(r.read_timeout, Duration::from_secs(60));
         assert_eq!(r.max_body_bytes, 33_554_432);

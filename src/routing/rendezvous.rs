@@ -8,9 +8,10 @@
 //! one share moves only the keys that change to or from that candidate: as few as any split
 //! with the new shares can move.
 
-/// Whether `[routing] prefix_affinity` is on when the config does not say: off, as the
-/// simulator's conversations scenario does not show it winning (docs/routing.md).
-pub const PREFIX_AFFINITY_DEFAULT: bool = false;
+/// Whether `[routing] prefix_affinity` is on when the config does not say: on, as the
+/// simulator's conversations scenarios show it never losing and winning where the fleet has to
+/// spread its traffic (docs/routing.md).
+pub const PREFIX_AFFINITY_DEFAULT: bool = true;
 
 /// The candidate `key` lands on, identities being the candidates' indexes in `shares`.
 ///

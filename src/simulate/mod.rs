@@ -301,7 +301,10 @@ mod tests {
         assert!(r.is_err_and(|e| e.contains("unknown scenario \"nope\"")));
         let r = select(&[], &[PathBuf::from("/nonexistent/x.toml")], Size::Quick);
         assert!(r.is_err_and(|e| e.contains("/nonexistent/x.toml")));
-        assert_eq!(select(&[], &[], Size::Quick).map(|s| s.len()), Ok(13));
+        assert_eq!(
+            select(&[], &[], Size::Quick).map(|s| s.len()),
+            Ok(scenario::BUILT_IN.len())
+        );
     }
 
     #[test]

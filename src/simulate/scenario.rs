@@ -112,7 +112,7 @@ pub enum Size {
 }
 
 /// The built-in scenarios: name and TOML text (the files under `docs/routing/scenarios/`).
-pub const BUILT_IN: [(&str, &str); 13] = [
+pub const BUILT_IN: [(&str, &str); 14] = [
     (
         "step",
         include_str!("../../docs/routing/scenarios/step.toml"),
@@ -164,6 +164,10 @@ pub const BUILT_IN: [(&str, &str); 13] = [
     (
         "conversations",
         include_str!("../../docs/routing/scenarios/conversations.toml"),
+    ),
+    (
+        "conversations-spread",
+        include_str!("../../docs/routing/scenarios/conversations-spread.toml"),
     ),
 ];
 
@@ -309,7 +313,9 @@ mod tests {
                 let s = scenario(name, size).unwrap_or_else(|| panic!("{name}"));
                 assert_eq!(s.name, name);
                 assert!(s.focus.0 < s.focus.1 && s.focus.1 <= s.duration, "{name}");
-                assert_eq!(s.herd, name.starts_with("herd"), "{name}");
+                // Shared capacity: the herds, and the conversations the fleet must spread.
+                let shared = name.starts_with("herd") || name == "conversations-spread";
+                assert_eq!(s.herd, shared, "{name}");
                 assert_eq!(
                     s.herd,
                     s.providers.iter().any(|p| p.servers.is_some()),
