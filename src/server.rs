@@ -41,7 +41,7 @@ pub struct Built {
 
 impl Built {
     /// Runs until shutdown, then exits the process with status 0 (as Pingora's `run_forever`).
-    /// After a drain the process normally exits earlier, from [`drain::exit`].
+    /// After a drain the process normally exits earlier, from `lifecycle::drain::exit`.
     pub fn run_forever(self) -> ! {
         self.server.run(RunArgs {
             shutdown_signal: Box::new(self.watch),

@@ -27,7 +27,7 @@ use pingora_core::{Error, ErrorType, Result};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use std::sync::Arc;
 
-/// The sturnus proxy: Pingora's `ProxyHttp` over the shared [`App`].
+/// The sturnus proxy: Pingora's `ProxyHttp` over the shared `App` (the runtime state).
 pub struct Sturnus {
     app: Arc<App>,
 }

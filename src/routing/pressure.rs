@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Largest mean waiting age taken at face value (one day); beyond it the reading is torn.
 const MAX_AGE_US: u64 = 86_400_000_000;
 
-/// The proxy's routing clock: monotonic µs ([`crate::clock::monotonic_us`]).
+/// The proxy's routing clock: monotonic µs (`clock::monotonic_us`).
 pub fn now_us() -> u64 {
     crate::clock::monotonic_us()
 }
