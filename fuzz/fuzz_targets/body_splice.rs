@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sturnus::body::inspect;
-use sturnus::proxy::intake::inspect_body;
+use sturnus::proxy::admission::inspect_body;
 
 fuzz_target!(|data: &[u8]| {
     // The first byte chooses the replacement model name's length (taken from the input too).
