@@ -1,7 +1,8 @@
-//! The Pingora request path. Each hook is a line or two that hands off to the room owning the
-//! concern, so this impl reads as the request's table of contents. Routed requests are
-//! forwarded from `request_filter`; the functions standing in for the phases after it carry
-//! the phases' names (`admission::upstream_peer`, `upstream_request::upstream_request_filter`,
+//! The Pingora request path. Each hook hands off to the rooms owning its concerns
+//! (`request_filter` calls three in turn: admin, admission, forward), so this impl reads as the
+//! request's table of contents. Routed requests are forwarded from `request_filter`; the
+//! functions standing in for the phases after it carry the phases' names
+//! (`admission::upstream_peer`, `upstream_request::upstream_request_filter`,
 //! `admission::request_body_filter`, `outcome::response_filter`, `outcome::response_body_filter`,
 //! `forward::error_while_proxy`): the map is in `docs/architecture.md`.
 
