@@ -9,18 +9,18 @@
 
 pub(crate) mod admin;
 pub(crate) mod api;
-pub mod app;
+pub(crate) mod app;
 pub mod body;
 pub(crate) mod budget;
 pub mod catalog;
 pub mod cli;
-pub mod clock;
+pub(crate) mod clock;
 pub mod config;
 pub(crate) mod container;
 #[cfg(feature = "tooling")]
 pub(crate) mod demo;
 pub(crate) mod healthcheck;
-pub mod lifecycle;
+pub(crate) mod lifecycle;
 pub(crate) mod metrics_listener;
 pub mod observe;
 pub(crate) mod providers;

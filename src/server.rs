@@ -1,5 +1,5 @@
 //! Wiring a Pingora server: the proxy service on `listen`, the metrics service on
-//! `metrics_listen` (when set), the signal handling and drain of [`crate::lifecycle`], with
+//! `metrics_listen` (when set), the signal handling and drain of `lifecycle`, with
 //! sturnus's own server defaults.
 
 use crate::app::App;
@@ -41,7 +41,7 @@ pub struct Built {
 
 impl Built {
     /// Runs until shutdown, then exits the process with status 0 (as Pingora's `run_forever`).
-    /// After a drain the process normally exits earlier, from [`drain::exit`].
+    /// After a drain the process normally exits earlier, from `lifecycle::drain::exit`.
     pub fn run_forever(self) -> ! {
         self.server.run(RunArgs {
             shutdown_signal: Box::new(self.watch),
@@ -71,8 +71,8 @@ pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
 
     let proxy = pingora_proxy::http_proxy(&server.configuration, Sturnus::new(app.clone()));
     let guarded = HeaderGuard::new(proxy, app.config.routing.header_timeout);
-    let tracked = drain::Tracked::new(guarded, app.lifecycle.clone(), drain::exit);
-    let mut proxy = Service::new("sturnus proxy".to_string(), tracked);
+    let draining = drain::Draining::new(guarded, app.lifecycle.clone(), drain::exit);
+    let mut proxy = Service::new("sturnus proxy".to_string(), draining);
     proxy.add_tcp(&app.config.listen.to_string());
     server.add_service(proxy).add_dependency(&signals);
     log::info!(

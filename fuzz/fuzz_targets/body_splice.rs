@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sturnus::body::inspect;
-use sturnus::proxy::intake::inspect_body;
+use sturnus::proxy::admission::inspect_body;
 
 fuzz_target!(|data: &[u8]| {
     // The first byte chooses the replacement model name's length (taken from the input too).
@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let ins = match inspect(body) {
         Err(_) => {
-            let err = inspect_body(body).expect_err("inspect and inspect_body disagree");
+            let err = inspect_body(body, true).expect_err("inspect and inspect_body disagree");
             assert_eq!(err.status, 400);
             return;
         }

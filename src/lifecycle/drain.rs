@@ -1,6 +1,6 @@
 //! The drain: count open proxy connections and end the process once the last one is done.
 //!
-//! [`Tracked`] wraps the proxy's Pingora app. Pingora calls `process_new` once per downstream
+//! [`Draining`] wraps the proxy's Pingora app. Pingora calls `process_new` once per downstream
 //! connection (HTTP/1.1 keep-alive requests loop inside it), so counting calls in progress counts
 //! open connections, whether a request is in flight or the connection waits for the next one.
 //!
@@ -46,20 +46,20 @@ pub fn exit() {
 }
 
 /// The proxy app with connection counting and a drain that ends the process.
-pub struct Tracked<A> {
+pub struct Draining<A> {
     inner: Arc<A>,
     lifecycle: Arc<Lifecycle>,
-    linger: Duration,
+    last_request_wait: Duration,
     on_drained: OnDrained,
 }
 
-impl<A> Tracked<A> {
+impl<A> Draining<A> {
     /// Wraps `inner`; after the drain, `on_drained` runs (use [`exit`] in the server).
-    pub fn new(inner: A, lifecycle: Arc<Lifecycle>, on_drained: OnDrained) -> Tracked<A> {
-        Tracked {
+    pub fn new(inner: A, lifecycle: Arc<Lifecycle>, on_drained: OnDrained) -> Draining<A> {
+        Draining {
             inner: Arc::new(inner),
             lifecycle,
-            linger: LAST_REQUEST_WAIT,
+            last_request_wait: LAST_REQUEST_WAIT,
             on_drained,
         }
     }
@@ -77,7 +77,7 @@ impl<A> Tracked<A> {
 }
 
 #[async_trait]
-impl<A: ServerApp + Send + Sync + 'static> ServerApp for Tracked<A> {
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Draining<A> {
     async fn process_new(
         self: &Arc<Self>,
         session: Stream,
@@ -91,7 +91,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Tracked<A> {
         let open = self.lifecycle.connections();
         log::info!("proxy listener closed; draining {open} open connection(s)");
         tokio::time::sleep(SETTLE).await;
-        self.wait_idle(Some(self.linger)).await;
+        self.wait_idle(Some(self.last_request_wait)).await;
         self.inner.cleanup().await;
         self.wait_idle(None).await;
         (self.on_drained)();
@@ -117,11 +117,11 @@ mod tests {
     #[tokio::test]
     async fn cleanup_waits_for_open_connections_then_reports_drained() {
         let lifecycle = Arc::new(Lifecycle::new());
-        let mut tracked = Tracked::new(Nothing, lifecycle.clone(), || {
+        let mut draining = Draining::new(Nothing, lifecycle.clone(), || {
             DRAINED.store(true, Ordering::SeqCst)
         });
-        tracked.linger = Duration::from_millis(20);
-        let tracked = Arc::new(tracked);
+        draining.last_request_wait = Duration::from_millis(20);
+        let draining = Arc::new(draining);
         let guard_owner = lifecycle.clone();
         let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
         let held = tokio::spawn(async move {
@@ -132,8 +132,8 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let cleanup = tokio::spawn({
-            let tracked = tracked.clone();
-            async move { tracked.cleanup().await }
+            let draining = draining.clone();
+            async move { draining.cleanup().await }
         });
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(

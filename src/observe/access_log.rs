@@ -111,6 +111,13 @@ impl AccessRecord<'_> {
         self.json_line(now.as_str()).to_bytes()
     }
 
+    /// [`AccessRecord::to_json_line`] appended to `out` (a buffer kept from line to line, as
+    /// [`AccessRecord::log`] keeps one per thread); `false` if it could not be written.
+    pub fn append_json_line(&self, out: &mut Vec<u8>) -> bool {
+        let now = super::timestamp::now();
+        self.json_line(now.as_str()).append_to(out)
+    }
+
     fn json_line<'a>(&'a self, timestamp: &'a str) -> JsonLine<'a, &'a Self> {
         JsonLine {
             timestamp,

@@ -110,20 +110,71 @@ impl<F: Serialize> JsonLine<'_, F> {
     /// The line without its newline (empty if a field cannot be written as JSON).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut line = Vec::with_capacity(LINE_CAPACITY);
-        if serde_json::to_writer(&mut line, self).is_err() {
-            line.clear();
-        }
+        self.append_to(&mut line);
         line
     }
 
-    /// Writes the line to stdout; `batch` as in [`super::log_sink::write_line`].
-    pub fn write(&self, batch: bool) {
-        let mut line = self.to_bytes();
-        if line.is_empty() {
-            return;
+    /// Appends the line without its newline to `out`; `false` (and `out` as it was) if a field
+    /// cannot be written as JSON.
+    pub fn append_to(&self, out: &mut Vec<u8>) -> bool {
+        let start = out.len();
+        let written = self.serialize(&mut serde_json::Serializer::new(Appender(out)));
+        if written.is_err() {
+            out.truncate(start);
         }
-        line.push(b'\n');
-        super::log_sink::write_line(&line, batch);
+        written.is_ok()
+    }
+
+    /// Writes the line to stdout; `batch` as in [`super::log_sink::write_line`]. The line is
+    /// built in a buffer this thread keeps, so writing one allocates nothing.
+    pub fn write(&self, batch: bool) {
+        let write_in = |line: &mut Vec<u8>| {
+            line.clear();
+            if self.append_to(line) {
+                line.push(b'\n');
+                super::log_sink::write_line(line, batch);
+            }
+            line.shrink_to(LINE_CAPACITY);
+        };
+        // The thread's buffer is gone while the thread ends, and busy if writing a line logs.
+        let done = LINE
+            .try_with(|cell| cell.try_borrow_mut().map(|mut line| write_in(&mut line)))
+            .is_ok_and(|written| written.is_ok());
+        if !done {
+            write_in(&mut Vec::with_capacity(LINE_CAPACITY));
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's buffer for the line being written (see [`JsonLine::write`]).
+    static LINE: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(LINE_CAPACITY));
+}
+
+/// serde_json's output: appends to a `Vec`, one-byte pieces (quotes, commas, colons: most of
+/// what serde_json writes) with a push instead of a copy call.
+struct Appender<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for Appender<'_> {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match buf {
+            [byte] => self.0.push(*byte),
+            _ => self.0.extend_from_slice(buf),
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -14,7 +14,7 @@
 
 use super::client_watch::{client_left, ClientWatch};
 use super::ctx::RequestCtx;
-use super::{overhead, relay, upstream_request};
+use super::{outcome, overhead, upstream_request};
 use crate::app::App;
 use bytes::Bytes;
 use pingora::http::RequestHeader;
@@ -116,7 +116,7 @@ async fn send(
         let (mut upstream, reused, connecting) = connect(app, peer).await?;
         upstream.set_read_timeout(Some(app.peer_settings.read_timeout));
         upstream.set_write_timeout(Some(app.peer_settings.read_timeout));
-        relay::request_sent(ctx, connecting);
+        outcome::request_sent(ctx, connecting);
         match exchange(&mut upstream, header, body).await {
             Ok(()) => {
                 ctx.overhead.header_received = Some(Instant::now());
@@ -193,7 +193,7 @@ async fn relay_response(
         Some(h) => h.clone(),
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),
     };
-    relay::response_filter(&mut response, ctx);
+    outcome::response_filter(&mut response, ctx);
     // The header goes out at once, with whatever body has already arrived.
     let mut tasks = vec![HttpTask::Header(Box::new(response), false)];
     let mut first_write = true;
@@ -222,7 +222,7 @@ async fn relay_response(
             let mut at = None;
             let written = overhead::handed_off(std::pin::pin!(write), &mut at).await;
             if let Some(at) = at {
-                relay::first_write_handed_off(ctx, at);
+                outcome::first_write_handed_off(ctx, at);
             }
             written
         } else {
@@ -267,7 +267,7 @@ impl Batch {
         let chunk = chunk.map_err(|e| e.into_up())?;
         let end = chunk.is_none() || upstream.response_done();
         let len = chunk.as_ref().map_or(0, |c| c.len());
-        relay::response_body_filter(len, end, ctx, &app.catalog.params);
+        outcome::response_body_filter(len, end, ctx, &app.catalog.params);
         self.chunks += 1;
         self.bytes += len;
         tasks.push(HttpTask::Body(chunk, end));

@@ -11,7 +11,7 @@
 //! again. Everything after that — keep-alive, bodies, the proxy hooks — is Pingora's own code.
 //!
 //! Shutdown follows Pingora's order: a connection idle between requests is closed when the app
-//! is cleaned up (which the drain in [`crate::lifecycle::drain`] delays until in-flight
+//! is cleaned up (which the drain in `lifecycle::drain` delays until in-flight
 //! connections had their chance), not the moment the shutdown signal flips; a header already
 //! arriving is read to its end (its deadline bounds it), so a request racing the shutdown is
 //! still served.

@@ -1,33 +1,34 @@
-//! The Pingora request path. Each hook is a line or two that hands off to the room owning the
-//! concern, so this impl reads as the request's table of contents. Routed requests are
-//! forwarded from `request_filter`; the functions standing in for the phases after it carry
-//! the phases' names (`intake::upstream_peer`, `upstream_request::upstream_request_filter`,
-//! `intake::request_body_filter`, `relay::response_filter`, `relay::response_body_filter`,
+//! The Pingora request path. Each hook hands off to the rooms owning its concerns
+//! (`request_filter` calls three in turn: admin, admission, forward), so this impl reads as the
+//! request's table of contents. Routed requests are forwarded from `request_filter`; the
+//! functions standing in for the phases after it carry the phases' names
+//! (`admission::upstream_peer`, `upstream_request::upstream_request_filter`,
+//! `admission::request_body_filter`, `outcome::response_filter`, `outcome::response_body_filter`,
 //! `forward::error_while_proxy`): the map is in `docs/architecture.md`.
 
-pub mod body_intake;
+pub mod admission;
 mod client_watch;
 pub mod ctx;
-mod failure;
+mod fail_to_proxy;
 mod forward;
 pub mod header_guard;
-pub mod intake;
+pub mod outcome;
 mod overhead;
 mod quota;
-pub mod relay;
 mod upstream_request;
+pub mod whole_body;
 
 use crate::admin;
 use crate::app::App;
+use admission::Admission;
 use async_trait::async_trait;
 use ctx::RequestCtx;
-use intake::Admission;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorType, Result};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use std::sync::Arc;
 
-/// The sturnus proxy: Pingora's `ProxyHttp` over the shared [`App`].
+/// The sturnus proxy: Pingora's `ProxyHttp` over the shared `App` (the runtime state).
 pub struct Sturnus {
     app: Arc<App>,
 }
@@ -55,14 +56,15 @@ impl ProxyHttp for Sturnus {
         if admin::serve(session, &self.app, &ctx.request_id).await? {
             return Ok(true);
         }
-        if let Admission::Forward { body, peer } = intake::admit(session, &self.app, ctx).await? {
+        if let Admission::Forward { body, peer } = admission::admit(session, &self.app, ctx).await?
+        {
             forward::forward(session, &self.app, ctx, body, peer).await?;
         }
         Ok(true)
     }
 
     /// Not reached: `request_filter` forwards (or answers) every request itself, with the peer
-    /// from `intake::upstream_peer`.
+    /// from `admission::upstream_peer`.
     async fn upstream_peer(&self, _: &mut Session, _: &mut RequestCtx) -> Result<Box<HttpPeer>> {
         Error::e_explain(
             ErrorType::InternalError,
@@ -77,11 +79,11 @@ impl ProxyHttp for Sturnus {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        failure::respond(session, e, ctx).await
+        fail_to_proxy::respond(session, e, ctx).await
     }
 
     /// Feeds the outcome into the candidate's success rate, the metrics and the access log.
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
-        relay::finish(session, ctx, e, &self.app);
+        outcome::finish(session, ctx, e, &self.app);
     }
 }

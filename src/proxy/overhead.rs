@@ -3,7 +3,7 @@
 //! provider's response header to the first write to the client.
 //!
 //! Four marks, one `Instant` each (no allocation): the body fully received
-//! (`intake::admit`), the provider's request about to be written (`forward::send`, after the
+//! (`admission::admit`), the provider's request about to be written (`forward::send`, after the
 //! connection is in hand: opening a new connection is time on the network to the provider, as
 //! a client calling it directly pays, and is left out), the provider's response header read,
 //! and the first write to the client handed off ([`handed_off`]).

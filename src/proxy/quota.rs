@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 /// Longest reset honoured, so one odd header cannot bench a candidate for hours (as for
 /// `Retry-After`).
-pub const MAX_RESET: Duration = Duration::from_secs(super::relay::MAX_RETRY_AFTER_SECS);
+pub const MAX_RESET: Duration = Duration::from_secs(super::outcome::MAX_RETRY_AFTER_SECS);
 
 /// Reads the rate-limit headers of a provider response (any status) into the routed
 /// candidate's quota state: the request quota, and the token quota closest to running out.

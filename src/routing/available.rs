@@ -7,9 +7,10 @@
 //! filter in front of [`choose_keyed`], [`shares_for`] and [`weights_for`]: they run unchanged on
 //! the available candidates.
 
+use super::attempt::Mode;
 use super::rng::RngSource;
 use super::selector::{choose_keyed, shares_for, weights_for, Choice, Keyed, RoutingParams};
-use super::tracker::{CandidateStats, Mode};
+use super::tracker::CandidateStats;
 
 /// The positions of the available candidates, or `None` when the restriction does not apply
 /// (all of them are available, or none is).

@@ -29,7 +29,7 @@
 //! answers errors is left to the success rate: only successful answers feed it, since a fast
 //! 503 is not a short queue.
 
-use super::tracker::Mode;
+use super::attempt::Mode;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Smoothing of the slow latency EWMA (per answer).

@@ -1,6 +1,7 @@
 //! Latency- and health-aware routing across an alias's (provider, model) candidates.
 //!
 //! Self-contained: depends on no other sturnus module and takes plain parameters.
+//! - [`attempt`]: what the proxy reports of one upstream attempt (mode, outcome, error kind).
 //! - [`tracker`]: lock-free per-candidate stats (latency EWMA per mode, success EWMA, in-flight,
 //!   last error, counters) shared by every alias listing the candidate.
 //! - [`selector`]: the pure share computation, the weighted pick and the pin rule.
@@ -17,6 +18,7 @@
 //!   ours causes, which keeps a fleet of sidecars from herding.
 
 pub mod affinity;
+pub mod attempt;
 pub mod available;
 pub mod congestion;
 pub mod pressure;
@@ -26,6 +28,7 @@ pub mod rng;
 pub mod selector;
 pub mod tracker;
 
+pub use attempt::{ErrorKind, Mode, Outcome};
 pub use available::{
     choose_available, choose_available_keyed, shares_available, weights_available,
 };
@@ -38,6 +41,5 @@ pub use selector::{
     INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS, WAIT_AGE_FACTOR,
 };
 pub use tracker::{
-    CandidateStats, ErrorKind, Health, InflightGuard, Mode, Outcome, OwnedInflightGuard, Snapshot,
-    StatsSnapshot, WaitGuard,
+    CandidateStats, Health, InflightGuard, OwnedInflightGuard, Snapshot, StatsSnapshot, WaitGuard,
 };

@@ -17,13 +17,13 @@
 //! virtual time in the simulator. Count and sum are two atomics read without a lock, so a reader can see them
 //! out of step; with absolute timestamps that shows up as an implausible age and is ignored.
 
-use super::tracker::Mode;
+use super::attempt::Mode;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Largest mean waiting age taken at face value (one day); beyond it the reading is torn.
 const MAX_AGE_US: u64 = 86_400_000_000;
 
-/// The proxy's routing clock: monotonic µs ([`crate::clock::monotonic_us`]).
+/// The proxy's routing clock: monotonic µs (`clock::monotonic_us`).
 pub fn now_us() -> u64 {
     crate::clock::monotonic_us()
 }

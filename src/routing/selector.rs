@@ -9,9 +9,10 @@
 //! [`choose`] / [`shares_for`] read the monotonic routing clock ([`now_us`]), and only when a
 //! candidate's waiting requests or `Retry-After` back-off make the time matter.
 
+use super::attempt::Mode;
 use super::pressure::now_us;
 use super::rng::RngSource;
-use super::tracker::{CandidateStats, Mode, Snapshot};
+use super::tracker::{CandidateStats, Snapshot};
 
 /// Raw weight of a cold candidate, relative to the best warm candidate's 1.0.
 pub const COLD_WEIGHT: f64 = 0.25;
@@ -564,8 +565,8 @@ pub fn shares_for_at<C: AsRef<CandidateStats>>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::attempt::Outcome;
     use super::super::rng::SplitMix64;
-    use super::super::tracker::Outcome;
     use super::*;
     use std::sync::Arc;
 

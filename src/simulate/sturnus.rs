@@ -3,7 +3,7 @@
 //! Nothing here re-implements routing: each simulated sidecar owns one real
 //! [`CandidateStats`] per provider, picks with [`routing::choose_at`] at the virtual time and a
 //! seeded [`SplitMix64`], holds real in-flight (and waiting) guards while an attempt is
-//! outstanding, and records results through the same tracker calls the proxy's relay makes,
+//! outstanding, and records results through the same tracker calls the proxy's `outcome` module makes,
 //! stamped with virtual time. A [`Variant`] says which of those calls it makes, so the seed's
 //! behaviour and the current one run side by side.
 
@@ -199,9 +199,9 @@ impl Strategy for Sturnus {
                 retry_after_s,
             } => (code, retry_after_s),
         };
-        // As relay::response_body_filter: the first chunk of any response, error bodies included.
+        // As outcome::response_body_filter: the first chunk of any response, error bodies included.
         stats.record_latency(MODE, response.latency as f64, alpha);
-        // As relay::finish.
+        // As outcome::finish.
         match Outcome::from_status(status) {
             Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, alpha),
             outcome => stats.record_outcome(outcome, alpha),

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 
 use super::behaviour::Fault;
 use super::chunked::{ChunkedDecoder, ChunkedError};
-use super::http::{parse_head, BodyFraming, Head, HeadError, Route, MAX_BODY_BYTES};
+use super::http::{parse_head, BodyFraming, HeadError, Operation, RequestHead, MAX_BODY_BYTES};
 use super::quota::Verdict;
 use super::responses::{
     push_chat_body, push_completion_body, push_embedding_body, push_error_body, push_json_head,
@@ -148,7 +148,7 @@ impl Connection<'_> {
     }
 
     /// Reads one request (head and whole body); `Ok(None)` if the peer closed between requests.
-    async fn read_request(&mut self) -> Result<Option<(Head, Bytes)>, ReadError> {
+    async fn read_request(&mut self) -> Result<Option<(RequestHead, Bytes)>, ReadError> {
         let (used, mut head) = loop {
             if !self.buf.is_empty() {
                 // Read the switch per attempt: it may change while we wait for the head.
@@ -219,7 +219,7 @@ impl Connection<'_> {
 
     /// Answers one request according to the current behaviour (`reused`: an earlier request
     /// on this connection was answered).
-    async fn handle(&mut self, head: Head, body: Bytes, answered_before: u64) -> Flow {
+    async fn handle(&mut self, head: RequestHead, body: Bytes, answered_before: u64) -> Flow {
         let reused = answered_before > 0;
         let shared = self.shared;
         let n = shared.count.fetch_add(1, Ordering::Relaxed) + 1;
@@ -242,7 +242,7 @@ impl Connection<'_> {
             shared.connections.reused(answered_before);
         }
         self.refresh_headers();
-        if head.route.is_api() && behaviour.take_quota(&mut self.headers) == Verdict::Refuse {
+        if head.operation.is_api() && behaviour.take_quota(&mut self.headers) == Verdict::Refuse {
             return self
                 .send_error_as_is(429, "Rate limit reached for requests", conn)
                 .await;
@@ -277,15 +277,15 @@ impl Connection<'_> {
             Fault::EndlessStream => return self.send_endless(conn).await,
             _ => {}
         }
-        if head.route == Route::Health {
+        if head.operation == Operation::Health {
             return self.send_health(conn).await;
         }
         if let Some(status) = behaviour.next_failure() {
             return self.send_error(status, "simulated failure", conn).await;
         }
-        if head.route == Route::NotFound || !head.is_post {
+        if head.operation == Operation::NotFound || !head.is_post {
             let target = head.target.as_deref().unwrap_or("?");
-            let (status, message) = if head.route == Route::NotFound {
+            let (status, message) = if head.operation == Operation::NotFound {
                 (404, format!("Invalid URL ({target})"))
             } else {
                 (405, format!("Method not allowed ({target})"))
@@ -316,11 +316,11 @@ impl Connection<'_> {
             _ => None,
         };
         let reset = fault == Fault::ResetMidStream;
-        let api = match head.route {
-            Route::Chat => Some(StreamApi::Chat),
-            Route::Completions => Some(StreamApi::Completions),
-            Route::Responses => Some(StreamApi::Responses),
-            Route::Embeddings | Route::Health | Route::NotFound => None,
+        let api = match head.operation {
+            Operation::Chat => Some(StreamApi::Chat),
+            Operation::Completions => Some(StreamApi::Completions),
+            Operation::Responses => Some(StreamApi::Responses),
+            Operation::Embeddings | Operation::Health | Operation::NotFound => None,
         };
         match api {
             Some(api) if probe.stream == Some(true) => {
@@ -339,16 +339,16 @@ impl Connection<'_> {
             }
             _ => {
                 self.scratch.clear();
-                match head.route {
-                    Route::Completions => push_completion_body(&mut self.scratch, &ctx),
-                    Route::Embeddings => push_embedding_body(&mut self.scratch, &ctx),
-                    Route::Responses => push_response_object(
+                match head.operation {
+                    Operation::Completions => push_completion_body(&mut self.scratch, &ctx),
+                    Operation::Embeddings => push_embedding_body(&mut self.scratch, &ctx),
+                    Operation::Responses => push_response_object(
                         &mut self.scratch,
                         &ctx,
                         "completed",
                         Some(ctx.content),
                     ),
-                    Route::Chat | Route::Health | Route::NotFound => {
+                    Operation::Chat | Operation::Health | Operation::NotFound => {
                         push_chat_body(&mut self.scratch, &ctx)
                     }
                 }

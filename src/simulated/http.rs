@@ -1,4 +1,5 @@
-//! Minimal HTTP/1.1 request-head parsing (httparse) and routing for the simulated provider.
+//! Minimal HTTP/1.1 request-head parsing (httparse) for the simulated provider, and the
+//! [`Operation`] each path asks for.
 
 use super::record::RecordedRequest;
 
@@ -9,9 +10,9 @@ pub(crate) const MAX_HEAD_BYTES: usize = 1 << 20;
 /// Largest request body accepted.
 pub(crate) const MAX_BODY_BYTES: usize = 64 << 20;
 
-/// Which OpenAI endpoint a path addresses (by suffix, so any prefix works).
+/// Which operation of the OpenAI API a path asks for (by suffix, so any prefix works).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Route {
+pub(crate) enum Operation {
     /// `.../chat/completions`
     Chat,
     /// `.../completions` (legacy text completions)
@@ -26,30 +27,30 @@ pub(crate) enum Route {
     NotFound,
 }
 
-impl Route {
+impl Operation {
     /// Whether this is one of the API's endpoints (what a request quota counts).
     pub(crate) fn is_api(self) -> bool {
         matches!(
             self,
-            Route::Chat | Route::Completions | Route::Embeddings | Route::Responses
+            Operation::Chat | Operation::Completions | Operation::Embeddings | Operation::Responses
         )
     }
 
-    /// Routes a path (query already removed).
-    pub(crate) fn of(path: &str) -> Route {
+    /// The operation a path asks for (query already removed).
+    pub(crate) fn of(path: &str) -> Operation {
         let path = path.strip_suffix('/').unwrap_or(path);
         if path.ends_with("/chat/completions") {
-            Route::Chat
+            Operation::Chat
         } else if path.ends_with("/completions") {
-            Route::Completions
+            Operation::Completions
         } else if path.ends_with("/embeddings") {
-            Route::Embeddings
+            Operation::Embeddings
         } else if path.ends_with("/responses") {
-            Route::Responses
+            Operation::Responses
         } else if path.ends_with("/health") {
-            Route::Health
+            Operation::Health
         } else {
-            Route::NotFound
+            Operation::NotFound
         }
     }
 }
@@ -65,11 +66,11 @@ pub(crate) enum BodyFraming {
 
 /// The parts of a request head the server acts on, owned so the read buffer can be reused.
 #[derive(Debug)]
-pub(crate) struct Head {
+pub(crate) struct RequestHead {
     /// The method is `POST`.
     pub(crate) is_post: bool,
     /// The endpoint addressed.
-    pub(crate) route: Route,
+    pub(crate) operation: Operation,
     /// `1` for HTTP/1.1, `0` for HTTP/1.0.
     pub(crate) version: u8,
     /// Body framing.
@@ -120,8 +121,11 @@ impl HeadError {
 /// Parses a request head from the start of `buf`.
 ///
 /// `Ok(None)` means more bytes are needed; `Ok(Some((n, head)))` means the head took `n` bytes.
-/// With `record` the whole head is copied into [`Head::record`].
-pub(crate) fn parse_head(buf: &[u8], record: bool) -> Result<Option<(usize, Head)>, HeadError> {
+/// With `record` the whole head is copied into [`RequestHead::record`].
+pub(crate) fn parse_head(
+    buf: &[u8],
+    record: bool,
+) -> Result<Option<(usize, RequestHead)>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let used = match req.parse(buf) {
@@ -183,9 +187,9 @@ pub(crate) fn parse_head(buf: &[u8], record: bool) -> Result<Option<(usize, Head
         }
         BodyFraming::Length(n)
     };
-    let route = Route::of(path);
+    let operation = Operation::of(path);
     let is_post = method == "POST";
-    let target = (route == Route::NotFound || !is_post).then(|| format!("{method} {path}"));
+    let target = (operation == Operation::NotFound || !is_post).then(|| format!("{method} {path}"));
     let record = record.then(|| RecordedRequest {
         method: method.to_string(),
         path: path.to_string(),
@@ -202,9 +206,9 @@ pub(crate) fn parse_head(buf: &[u8], record: bool) -> Result<Option<(usize, Head
             .collect(),
         body: Vec::new(),
     });
-    let head = Head {
+    let head = RequestHead {
         is_post,
-        route,
+        operation,
         version,
         framing,
         keep_alive: if version >= 1 {
@@ -231,7 +235,7 @@ fn deployment_of(path: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn parse(raw: &str) -> Head {
+    fn parse(raw: &str) -> RequestHead {
         match parse_head(raw.as_bytes(), true) {
             Ok(Some((n, head))) => {
                 assert_eq!(n, raw.len());
@@ -243,23 +247,26 @@ mod tests {
 
     #[test]
     fn routes_by_suffix_under_any_prefix() {
-        assert_eq!(Route::of("/v1/chat/completions"), Route::Chat);
-        assert_eq!(Route::of("/openai/v1/chat/completions"), Route::Chat);
+        assert_eq!(Operation::of("/v1/chat/completions"), Operation::Chat);
         assert_eq!(
-            Route::of("/v1/projects/p/locations/l/endpoints/openapi/chat/completions"),
-            Route::Chat
+            Operation::of("/openai/v1/chat/completions"),
+            Operation::Chat
         );
         assert_eq!(
-            Route::of("/openai/deployments/d/chat/completions/"),
-            Route::Chat
+            Operation::of("/v1/projects/p/locations/l/endpoints/openapi/chat/completions"),
+            Operation::Chat
         );
-        assert_eq!(Route::of("/v1/completions"), Route::Completions);
-        assert_eq!(Route::of("/v1/embeddings"), Route::Embeddings);
-        assert_eq!(Route::of("/v1/responses"), Route::Responses);
-        assert_eq!(Route::of("/v1/models"), Route::NotFound);
-        assert_eq!(Route::of("/health"), Route::Health);
-        assert_eq!(Route::of("/v1/health/"), Route::Health);
-        assert_eq!(Route::of("/"), Route::NotFound);
+        assert_eq!(
+            Operation::of("/openai/deployments/d/chat/completions/"),
+            Operation::Chat
+        );
+        assert_eq!(Operation::of("/v1/completions"), Operation::Completions);
+        assert_eq!(Operation::of("/v1/embeddings"), Operation::Embeddings);
+        assert_eq!(Operation::of("/v1/responses"), Operation::Responses);
+        assert_eq!(Operation::of("/v1/models"), Operation::NotFound);
+        assert_eq!(Operation::of("/health"), Operation::Health);
+        assert_eq!(Operation::of("/v1/health/"), Operation::Health);
+        assert_eq!(Operation::of("/"), Operation::NotFound);
     }
 
     #[test]
@@ -269,7 +276,7 @@ mod tests {
              Host: x\r\nAPI-Key: secret\r\nContent-Length: 12\r\nConnection: close\r\n\r\n",
         );
         assert!(h.is_post);
-        assert_eq!(h.route, Route::Chat);
+        assert_eq!(h.operation, Operation::Chat);
         assert_eq!(h.framing, BodyFraming::Length(12));
         assert!(!h.keep_alive);
         assert_eq!(h.deployment.as_deref(), Some("gpt4o"));

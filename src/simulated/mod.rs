@@ -35,7 +35,7 @@ use tokio::net::TcpListener;
 
 pub use behaviour::{Behaviour, Fault, DEFAULT_CHUNKS};
 pub use quota::QuotaHeaders;
-pub use record::{RecordedRequest, RECORD_CAP};
+pub use record::{header_value, RecordedRequest, RECORD_CAP};
 
 use server::{accept_loop, ListenerSlot, Shared};
 

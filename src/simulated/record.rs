@@ -22,13 +22,19 @@ pub struct RecordedRequest {
     pub body: Vec<u8>,
 }
 
+/// The first value of header `name` (case-insensitive) among `headers`, if present: the lookup
+/// of every recorded request or response in the simulated provider and its tests.
+pub fn header_value<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 impl RecordedRequest {
     /// The first value of header `name` (case-insensitive), if present.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        header_value(&self.headers, name)
     }
 
     /// The body parsed as JSON, if it is JSON.

@@ -25,10 +25,7 @@ struct Response {
 
 impl Response {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        super::header_value(&self.headers, name)
     }
 
     fn json(&self) -> Value {

@@ -14,10 +14,7 @@ use tokio::net::TcpStream;
 async fn start(latency: Duration, args: &[&str]) -> (SimProvider, Proxy) {
     let up = SimProvider::start("up").await.unwrap();
     up.behaviour.set_latency(latency);
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"m\" }}]\n",
-        provider_toml("up", &up, None)
-    );
+    let config = fast_alias_config("up", &up, "m", None);
     let proxy = Proxy::start_with(&config, &[], args).await;
     (up, proxy)
 }
@@ -98,10 +95,7 @@ struct Answer {
 
 impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        sturnus::simulated::header_value(&self.headers, name)
     }
 }
 

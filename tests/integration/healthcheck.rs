@@ -4,15 +4,11 @@ use crate::common;
 
 use common::*;
 use nix::sys::signal::Signal;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 fn healthcheck(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sturnus"))
-        .arg("healthcheck")
-        .args(args)
-        .output()
-        .expect("run sturnus healthcheck")
+    run_sturnus("healthcheck", args)
 }
 
 fn one_line(bytes: &[u8]) -> String {
@@ -87,12 +83,7 @@ fn a_wrong_path_and_a_bad_url_fail_with_one_line() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_non_200_answer_is_unhealthy() {
-    let sim = SimProvider::start("p").await.unwrap();
-    let config = format!(
-        "{}[model]\nfast = [{{ provider = \"p\", model = \"m\" }}]\n",
-        provider_toml("p", &sim, None)
-    );
-    let proxy = Proxy::start(&config).await;
+    let (_sim, proxy) = one_provider("m", None, "").await;
     let url = proxy.url("/nope");
     let out = tokio::task::spawn_blocking(move || healthcheck(&["--url", &url]))
         .await

@@ -323,10 +323,8 @@ async fn a_busy_budget_answers_429_with_retry_after_until_it_drains() {
 #[tokio::test(flavor = "multi_thread")]
 async fn startup_logs_the_budget_and_warns_about_a_non_loopback_listen() {
     let sim = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"m\" }}]\n[routing]\nmax_buffered_bytes = 12345678\n",
-        provider_toml("up", &sim, None)
-    );
+    let config =
+        fast_alias_config("up", &sim, "m", None) + "[routing]\nmax_buffered_bytes = 12345678\n";
     let local = Proxy::start(&config).await;
     let logs = local.logs();
     assert!(

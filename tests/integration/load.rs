@@ -26,11 +26,7 @@ fn allow_open_files(n: u64) {
 
 /// A client that allows two minutes per request (the default allows 30 s).
 fn patient_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap()
+    client_with_timeout(Duration::from_secs(120))
 }
 
 async fn setup(routing: &str) -> (SimProvider, Proxy) {

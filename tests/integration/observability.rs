@@ -312,10 +312,7 @@ async fn metrics_count_known_traffic_exactly() {
 async fn inflight_gauge_and_status_follow_a_request_until_it_ends() {
     let sim = SimProvider::start("slowpoke").await.unwrap();
     sim.behaviour.set_latency(Duration::from_millis(1500));
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"slowpoke\", model = \"m\" }}]\n",
-        provider_toml("slowpoke", &sim, None)
-    );
+    let config = fast_alias_config("slowpoke", &sim, "m", None);
     let proxy = std::sync::Arc::new(Proxy::start(&config).await);
     let labels = [("alias", "fast"), ("provider", "slowpoke"), ("model", "m")];
     let p = proxy.clone();
@@ -402,12 +399,7 @@ fn request_id_of(r: &reqwest::Response) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_valid_traceparent_continues_upstream_on_both_paths() {
-    let sim = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"real\" }}]\n",
-        provider_toml("up", &sim, Some("sk-trace"))
-    );
-    let proxy = Proxy::start(&config).await;
+    let (sim, proxy) = one_provider("real", Some("sk-trace"), "").await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let parent = "00f067aa0ba902b7";
     for (flags, body) in [
@@ -448,12 +440,7 @@ async fn a_valid_traceparent_continues_upstream_on_both_paths() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn absent_or_invalid_traceparents_start_a_fresh_trace() {
-    let sim = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"real\" }}]\n",
-        provider_toml("up", &sim, None)
-    );
-    let proxy = Proxy::start(&config).await;
+    let (sim, proxy) = one_provider("real", None, "").await;
     let cases = [
         None,
         Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1"),
@@ -695,10 +682,7 @@ async fn logs_are_json_lines_with_access_fields_and_never_a_key() {
 #[tokio::test(flavor = "multi_thread")]
 async fn log_format_can_be_chosen() {
     let sim = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"real\" }}]\n",
-        provider_toml("up", &sim, None)
-    );
+    let config = fast_alias_config("up", &sim, "real", None);
     for (env, args) in [
         (vec![], vec!["--log-format", "pretty"]),
         (vec![("STURNUS_LOG_FORMAT", "pretty")], vec![]),

@@ -36,11 +36,7 @@ async fn setup() -> (SimProvider, Proxy) {
 }
 
 fn patient_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
+    client_with_timeout(Duration::from_secs(60))
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -3,9 +3,10 @@
 //! scenario's targets; a scenario file runs the same way. These are behaviour
 //! assertions on a seeded simulation (virtual time), not timing measurements.
 
+use crate::common::run_sturnus;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// A fresh scratch directory for this test process.
 fn scratch_dir(name: &str) -> PathBuf {
@@ -16,11 +17,7 @@ fn scratch_dir(name: &str) -> PathBuf {
 }
 
 fn simulate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sturnus"))
-        .arg("simulate")
-        .args(args)
-        .output()
-        .expect("run sturnus simulate")
+    run_sturnus("simulate", args)
 }
 
 fn json(out: &Output) -> Value {

@@ -71,10 +71,8 @@ async fn start_bare(config: &str, env: &[(&str, &str)], files: &[(&str, &Path)])
 async fn in_an_empty_environment_it_serves_health_and_proxies() {
     let sim = SimProvider::start("plain").await.unwrap();
     let metrics = format!("127.0.0.1:{}", free_port());
-    let config = format!(
-        "metrics_listen = \"{metrics}\"\n{}[model]\nfast = [{{ provider = \"plain\", model = \"m\" }}]\n",
-        provider_toml("plain", &sim, None)
-    );
+    let config =
+        format!("metrics_listen = \"{metrics}\"\n") + &fast_alias_config("plain", &sim, "m", None);
     let proxy = start_bare(&config, &[], &[]).await;
     let health = get(&proxy, "/health").await;
     assert_eq!(health.status(), 200);

@@ -286,10 +286,8 @@ async fn routing_state_survives_the_upgrade_removed_candidates_drop_new_ones_sta
 async fn an_upgrade_with_a_new_metrics_listener_config_serves_it_from_the_new_process() {
     let sim = SimProvider::start("p").await.unwrap();
     let metrics = format!("127.0.0.1:{}", free_port());
-    let config = format!(
-        "metrics_listen = \"{metrics}\"\n{}[model]\nfast = [{{ provider = \"p\", model = \"m\" }}]\n",
-        provider_toml("p", &sim, None)
-    );
+    let config =
+        format!("metrics_listen = \"{metrics}\"\n") + &fast_alias_config("p", &sim, "m", None);
     let dir = scratch_dir();
     let yaml = pingora_yaml(&dir);
     let yaml_arg = yaml.to_string_lossy().into_owned();

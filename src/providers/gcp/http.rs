@@ -33,8 +33,8 @@ pub struct TokenRequest {
     pub form: Option<Secret>,
 }
 
-/// The status and body of an answer.
-pub struct Answer {
+/// The status and body the token endpoint answered a [`TokenRequest`] with.
+pub struct TokenResponse {
     /// HTTP status code.
     pub status: u16,
     /// The body (at most `MAX_ANSWER` bytes).
@@ -57,7 +57,7 @@ impl HttpClient {
     }
 
     /// Sends `req` and reads the whole answer; errors are short and free of secrets.
-    pub async fn send(&self, req: &TokenRequest) -> Result<Answer, ExchangeError> {
+    pub async fn send(&self, req: &TokenRequest) -> Result<TokenResponse, ExchangeError> {
         match tokio::time::timeout(EXCHANGE_TIMEOUT, self.exchange(req)).await {
             Ok(result) => result,
             Err(_) => Err(ExchangeError::Timeout {
@@ -66,7 +66,7 @@ impl HttpClient {
         }
     }
 
-    async fn exchange(&self, req: &TokenRequest) -> Result<Answer, ExchangeError> {
+    async fn exchange(&self, req: &TokenRequest) -> Result<TokenResponse, ExchangeError> {
         let url = &req.url;
         let addr = HostAddr::new(&url.host, url.port).get().await?;
         let sni = if url.tls {
@@ -143,7 +143,7 @@ impl HttpClient {
             }
         }
         session.shutdown().await;
-        Ok(Answer { status, body: out })
+        Ok(TokenResponse { status, body: out })
     }
 }
 

@@ -60,10 +60,7 @@ pub struct MockRequest {
 impl MockRequest {
     /// The first value of header `name`.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        sturnus::simulated::header_value(&self.headers, name)
     }
 }
 

@@ -70,14 +70,20 @@ pub fn provider_toml(name: &str, sim: &SimProvider, key: Option<&str>) -> String
     s
 }
 
+/// A config with the simulated provider `name` (with an optional API key) as alias `fast`'s one
+/// candidate, model `model`.
+pub fn fast_alias_config(name: &str, sim: &SimProvider, model: &str, key: Option<&str>) -> String {
+    format!(
+        "{}\n[model]\nfast = [{{ provider = \"{name}\", model = \"{model}\" }}]\n",
+        provider_toml(name, sim, key)
+    )
+}
+
 /// A simulated provider `up` (with an optional API key) as alias `fast`'s one candidate, model
 /// `model`, and sturnus in front; `extra` is appended to the config (e.g. a `[routing]` table).
 pub async fn one_provider(model: &str, key: Option<&str>, extra: &str) -> (SimProvider, Proxy) {
     let sim = SimProvider::start("up").await.unwrap();
-    let config = format!(
-        "{}\n[model]\nfast = [{{ provider = \"up\", model = \"{model}\" }}]\n{extra}",
-        provider_toml("up", &sim, key)
-    );
+    let config = fast_alias_config("up", &sim, model, key) + extra;
     let proxy = Proxy::start(&config).await;
     (sim, proxy)
 }
@@ -496,11 +502,25 @@ pub fn is_root() -> bool {
 
 /// A reqwest client with no proxy settings from the environment.
 pub fn client() -> reqwest::Client {
+    client_with_timeout(Duration::from_secs(30))
+}
+
+/// [`client`] allowing `timeout` per request.
+pub fn client_with_timeout(timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
-        .timeout(Duration::from_secs(30))
+        .timeout(timeout)
         .build()
         .unwrap()
+}
+
+/// Runs `sturnus <subcommand> <args>` to its end.
+pub fn run_sturnus(subcommand: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sturnus"))
+        .arg(subcommand)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run sturnus {subcommand}: {e}"))
 }
 
 /// POSTs a raw body to a path on the proxy.

@@ -2,8 +2,8 @@
 //! Pingora's `upstream_peer` and `request_body_filter` phases are not reached for routed
 //! requests; [`admit`] does their work, through `upstream_peer` and `request_body_filter`.
 
-use super::body_intake::{self, BodyLimits};
 use super::ctx::{RequestCtx, Route};
+use super::whole_body::{self, BodyLimits};
 use crate::api::{respond, ApiError};
 use crate::app::App;
 use crate::body;
@@ -83,7 +83,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         cap: app.config.routing.max_body_bytes,
         timeout: app.config.routing.body_timeout,
     };
-    let whole = match body_intake::read_whole(session, limits, &app.budget).await? {
+    let whole = match whole_body::read_whole(session, limits, &app.budget).await? {
         Ok(whole) => whole,
         Err(refused) => {
             if refused.error.status == 429 {
@@ -124,7 +124,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     let pin = session
         .req_header()
         .headers
-        .get(&super::relay::AFFINITY_NAME)
+        .get(&super::outcome::AFFINITY_NAME)
         .and_then(|v| v.to_str().ok());
     // Only a later turn keeps to its conversation's candidate: a first turn (or a one-shot
     // request) is routed as today, so identical one-shot requests still follow the shares.
