@@ -37,6 +37,7 @@ pub fn detect() -> Surroundings {
 }
 
 /// Detection against a filesystem `root` and an environment lookup (for tests).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by `detect` on Linux only
 pub fn detect_in(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Surroundings {
     let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     if set("KUBERNETES_SERVICE_HOST").is_some() {

@@ -44,6 +44,7 @@ pub fn detect() -> Detected {
 }
 
 /// Detection against a cgroup mount `root` and the text of `/proc/self/cgroup` (for tests).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // used by `detect` on Linux only
 pub fn detect_in(root: &Path, proc_self_cgroup: &str) -> Detected {
     // cgroup v2: the unified hierarchy, `0::/path`.
     let v2_path = proc_self_cgroup
