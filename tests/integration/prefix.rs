@@ -8,18 +8,9 @@ use common::*;
 use std::time::Duration;
 use sturnus::routing::rendezvous::{identity, pick_by};
 
-/// Two simulated providers `a` (model `ma`) and `b` (model `mb`) as alias `fast`, sturnus in
-/// front with `routing` as its `[routing]` table.
-async fn two_candidates(routing: &str) -> (SimProvider, SimProvider, Proxy) {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
-    let config = format!(
-        "{}{}\n[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n[routing]\n{routing}",
-        provider_toml("a", &a, None),
-        provider_toml("b", &b, None)
-    );
-    let proxy = Proxy::start(&config).await;
-    (a, b, proxy)
+/// Two candidates `a` and `b` as alias `fast`, with `routing` as the `[routing]` table.
+async fn with_routing(routing: &str) -> (SimProvider, SimProvider, Proxy) {
+    two_candidates(&format!("[routing]\n{routing}")).await
 }
 
 /// Turn `turn` (1-based) of conversation `question` after `system`: the system prompt, the
@@ -84,7 +75,7 @@ async fn shares(proxy: &Proxy) -> (f64, f64) {
 async fn a_conversations_later_turns_keep_to_one_candidate_and_new_ones_follow_the_shares() {
     // b is far slower, so it sits at the probe floor: shares exactly 0.8 / 0.2, whatever the
     // machine's noise.
-    let (a, b, proxy) = two_candidates("probe_floor = 0.2\nprefix_affinity = true\n").await;
+    let (a, b, proxy) = with_routing("probe_floor = 0.2\nprefix_affinity = true\n").await;
     a.behaviour.set_latency(Duration::from_millis(2));
     b.behaviour.set_latency(Duration::from_millis(60));
     warm(&proxy).await;
@@ -132,7 +123,7 @@ async fn a_conversations_later_turns_keep_to_one_candidate_and_new_ones_follow_t
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_explicit_header_wins_over_the_derived_key() {
-    let (a, b, proxy) = two_candidates("probe_floor = 0.5\nprefix_affinity = true\n").await;
+    let (a, b, proxy) = with_routing("probe_floor = 0.5\nprefix_affinity = true\n").await;
     a.behaviour.set_latency(Duration::from_millis(2));
     b.behaviour.set_latency(Duration::from_millis(2));
     warm(&proxy).await;
@@ -159,7 +150,7 @@ async fn the_explicit_header_wins_over_the_derived_key() {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_prefix_affinity_off_a_conversation_spreads() {
     // Off is the default; it is spelled out here all the same.
-    let (a, b, proxy) = two_candidates("probe_floor = 0.5\nprefix_affinity = false\n").await;
+    let (a, b, proxy) = with_routing("probe_floor = 0.5\nprefix_affinity = false\n").await;
     a.behaviour.set_latency(Duration::from_millis(2));
     b.behaviour.set_latency(Duration::from_millis(2));
     let mut seen = std::collections::HashSet::new();
@@ -179,7 +170,7 @@ async fn with_prefix_affinity_off_a_conversation_spreads() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_conversation_moves_off_a_candidate_that_starts_failing_and_stays_moved() {
-    let (a, b, proxy) = two_candidates("prefix_affinity = true\n").await;
+    let (a, b, proxy) = with_routing("prefix_affinity = true\n").await;
     a.behaviour.set_latency(Duration::from_millis(5));
     b.behaviour.set_latency(Duration::from_millis(15));
     warm(&proxy).await;

@@ -7,18 +7,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn two_candidates(extra: &str) -> (SimProvider, SimProvider, Proxy) {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
-    let config = format!(
-        "{}{}\n[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n{extra}",
-        provider_toml("a", &a, None),
-        provider_toml("b", &b, None)
-    );
-    let proxy = Proxy::start(&config).await;
-    (a, b, proxy)
-}
-
 /// Sends `n` requests over `workers` concurrent connections; returns the serving provider of
 /// each, in completion order, and checks every answer carries a valid affinity header.
 async fn drive(proxy: &Proxy, n: usize, workers: usize, stream: bool) -> Vec<String> {

@@ -79,6 +79,20 @@ pub fn fast_alias_config(name: &str, sim: &SimProvider, model: &str, key: Option
     )
 }
 
+/// Two simulated providers `a` (model `ma`) and `b` (model `mb`) as alias `fast`, sturnus in
+/// front; `extra` is appended to the config (a `[routing]` table, more aliases).
+pub async fn two_candidates(extra: &str) -> (SimProvider, SimProvider, Proxy) {
+    let a = SimProvider::start("a").await.unwrap();
+    let b = SimProvider::start("b").await.unwrap();
+    let config = format!(
+        "{}{}\n[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n{extra}",
+        provider_toml("a", &a, None),
+        provider_toml("b", &b, None)
+    );
+    let proxy = Proxy::start(&config).await;
+    (a, b, proxy)
+}
+
 /// A simulated provider `up` (with an optional API key) as alias `fast`'s one candidate, model
 /// `model`, and sturnus in front; `extra` is appended to the config (e.g. a `[routing]` table).
 pub async fn one_provider(model: &str, key: Option<&str>, extra: &str) -> (SimProvider, Proxy) {
