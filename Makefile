@@ -45,10 +45,11 @@ static-arm64:
 	@scripts/bootstrap.sh arm64
 	$(ARM64_ENV) cargo zigbuild --release --locked --no-default-features --target $(ARM64_TARGET)
 
-## Run that binary under qemu-aarch64 with an empty environment: /health, a chat, a stream.
+## Run that binary in an arm64 Linux guest (qemu-system-aarch64) with an empty environment:
+## /health, a chat, a stream, against a simulated provider on this machine.
 smoke-arm64: static-arm64
-	@scripts/bootstrap.sh static qemu
-	STURNUS_ARM64_BIN=$(TARGET_DIR)/$(ARM64_TARGET)/release/sturnus \
+	@ARM64_VM_DIR=$(TARGET_DIR)/arm64-vm scripts/bootstrap.sh static arm64-vm
+	STURNUS_ARM64_BIN=$(TARGET_DIR)/$(ARM64_TARGET)/release/sturnus ARM64_VM_DIR=$(TARGET_DIR)/arm64-vm \
 	  cargo test --target $(MUSL_TARGET) --test integration -- --ignored arm64::
 
 ## Compile sturnus (library, binary, tests) for macOS on Intel and Apple silicon.

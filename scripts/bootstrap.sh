@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine (with Rust) lacks to build and test sturnus. Idempotent.
 #
-#   scripts/bootstrap.sh [WHAT...]      WHAT: test (the default), static, arm64, macos, qemu
+#   scripts/bootstrap.sh [WHAT...]      WHAT: test (the default), static, arm64, macos, arm64-vm
 #
 #  - always: cmake (Pingora's zlib-ng dependency needs it; Debian's package when root, else pip's);
 #  - test: what `make test` and `make demo` need — static, plus the openssl command (the Vertex AI
@@ -12,7 +12,10 @@
 #  - arm64: cargo-zigbuild and zig (PyPI packages cargo-zigbuild and ziglang: zig is the cross C
 #    compiler and linker) and the aarch64-unknown-linux-musl Rust target;
 #  - macos: cargo-zigbuild and zig, and the x86_64-apple-darwin and aarch64-apple-darwin targets;
-#  - qemu: qemu-user-static (Debian), which runs the aarch64 binary on an x86_64 machine.
+#  - arm64-vm: what scripts/arm64-vm.sh needs to boot an arm64 Linux on an x86_64 machine:
+#    qemu-system-arm and cpio (Debian), and in ARM64_VM_DIR (default target/arm64-vm) Debian's
+#    arm64 kernel, its virtio network modules and a static busybox (packages downloaded with
+#    `apt-get download` after `dpkg --add-architecture arm64`; nothing arm64 is installed).
 set -euo pipefail
 
 MUSL_TARGET=x86_64-unknown-linux-musl
@@ -110,12 +113,39 @@ need_zig_tools() {
   fi
 }
 
-need_qemu() {
-  have qemu-aarch64-static || have qemu-aarch64 || apt_install qemu-user-static
-  have qemu-aarch64-static || have qemu-aarch64 || {
-    echo "bootstrap: qemu-aarch64 is missing (Debian: apt-get install qemu-user-static)" >&2
+need_arm64_vm() {
+  have qemu-system-aarch64 || apt_install qemu-system-arm
+  have cpio || apt_install cpio
+  have qemu-system-aarch64 && have cpio || {
+    echo "bootstrap: qemu-system-aarch64 or cpio is missing (Debian: qemu-system-arm, cpio)" >&2
     exit 1
   }
+  local dir=${ARM64_VM_DIR:-target/arm64-vm}
+  [ -f "$dir/vmlinuz" ] && [ -f "$dir/busybox" ] && [ -f "$dir/modules/virtio_net.ko" ] && return
+  if ! is_root || ! have apt-get; then
+    echo "bootstrap: the arm64 guest needs Debian's arm64 kernel and busybox-static (apt, as root)" >&2
+    exit 1
+  fi
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    dpkg --add-architecture arm64
+    apt_updated=""
+  fi
+  [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=yes; }
+  local kernel debs
+  kernel=$(apt-cache depends linux-image-arm64:arm64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  debs=$(mktemp -d)
+  chmod 755 "$debs"
+  echo "bootstrap: downloading $kernel and busybox-static:arm64 into $dir" >&2
+  (cd "$debs" && chown _apt "$debs" 2>/dev/null; apt-get download -qq "$kernel" busybox-static:arm64)
+  for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$debs/x"; done
+  local modules
+  modules=$(echo "$debs"/x/lib/modules/*/kernel)
+  mkdir -p "$dir/modules"
+  cp "$debs"/x/boot/vmlinuz-* "$dir/vmlinuz"
+  cp "$debs/x/bin/busybox" "$dir/busybox"
+  cp "$modules/net/core/failover.ko" "$modules/drivers/net/net_failover.ko" \
+    "$modules/drivers/virtio/virtio_mmio.ko" "$modules/drivers/net/virtio_net.ko" "$dir/modules/"
+  rm -rf "$debs"
 }
 
 [ $# -gt 0 ] || set -- test
@@ -126,7 +156,7 @@ for what in "$@"; do
     static) need_static ;;
     arm64) need_zig_tools && rust_target "$ARM64_TARGET" ;;
     macos) need_zig_tools && for t in $MACOS_TARGETS; do rust_target "$t"; done ;;
-    qemu) need_qemu ;;
-    *) echo "bootstrap: unknown part '$what' (test, static, arm64, macos, qemu)" >&2; exit 2 ;;
+    arm64-vm) need_arm64_vm ;;
+    *) echo "bootstrap: unknown part '$what' (test, static, arm64, macos, arm64-vm)" >&2; exit 2 ;;
   esac
 done
