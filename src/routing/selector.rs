@@ -99,7 +99,7 @@ impl RoutingParams {
 
     /// Range check against the same ranges config validation uses; `Err` names the offending
     /// key and its range.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ParamOutOfRange> {
         for (range, value) in [
             (Self::EWMA_ALPHA, self.ewma_alpha),
             (Self::EXPLOIT_K, self.exploit_k),
@@ -107,12 +107,17 @@ impl RoutingParams {
             (Self::ERROR_THRESHOLD, self.error_threshold),
         ] {
             if !(range.ok)(value) {
-                return Err(format!("{} must be {}", range.key, range.rule));
+                return Err(ParamOutOfRange(range));
             }
         }
         Ok(())
     }
 }
+
+/// A routing parameter outside its [`ParamRange`] ("exploit_k must be > 0 and <= 20").
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("{} must be {}", .0.key, .0.rule)]
+pub struct ParamOutOfRange(pub ParamRange);
 
 /// Result of [`choose`]: which candidate (config order) and whether a pin decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1234,7 +1239,7 @@ mod tests {
             ..RoutingParams::default()
         };
         assert_eq!(
-            too_sharp.check(),
+            too_sharp.check().map_err(|e| e.to_string()),
             Err("exploit_k must be > 0 and <= 20".to_string())
         );
     }
