@@ -63,8 +63,27 @@ pub async fn worker(proxy: SocketAddr, tally: std::sync::Arc<Tally>, stop: Insta
     }
 }
 
+/// The proxy did not answer `/health` with 200 within 10 s.
+#[derive(Debug, thiserror::Error)]
+#[error("the proxy did not become healthy")]
+pub struct NotHealthy;
+
+/// Why one demo request got no answer to count.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    /// No complete answer within 10 s.
+    #[error("timed out")]
+    TimedOut,
+    /// Connecting, writing or reading failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The answer is not an HTTP response.
+    #[error("bad response: {0}")]
+    BadResponse(httparse::Error),
+}
+
 /// Polls `/health` until the proxy answers (at most 10 s).
-pub async fn wait_healthy(proxy: SocketAddr) -> Result<(), String> {
+pub async fn wait_healthy(proxy: SocketAddr) -> Result<(), NotHealthy> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(raw) = exchange(
@@ -79,11 +98,11 @@ pub async fn wait_healthy(proxy: SocketAddr) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err("the proxy did not become healthy".into())
+    Err(NotHealthy)
 }
 
 /// One non-streaming chat completion; returns the status and serving provider.
-async fn one_request(proxy: SocketAddr) -> Result<(u16, String), String> {
+async fn one_request(proxy: SocketAddr) -> Result<(u16, String), RequestError> {
     let body = r#"{"model":"chat","messages":[{"role":"user","content":"Say hi"}]}"#;
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: demo\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -92,9 +111,7 @@ async fn one_request(proxy: SocketAddr) -> Result<(u16, String), String> {
     let raw = exchange(proxy, &request).await?;
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut response = httparse::Response::new(&mut headers);
-    response
-        .parse(&raw)
-        .map_err(|e| format!("bad response: {e}"))?;
+    response.parse(&raw).map_err(RequestError::BadResponse)?;
     let status = response.code.unwrap_or(0);
     let provider = response
         .headers
@@ -106,7 +123,7 @@ async fn one_request(proxy: SocketAddr) -> Result<(u16, String), String> {
 }
 
 /// Writes a request on a fresh connection and reads until the server closes it.
-async fn exchange(proxy: SocketAddr, request: &str) -> Result<Vec<u8>, String> {
+async fn exchange(proxy: SocketAddr, request: &str) -> Result<Vec<u8>, RequestError> {
     let io = async {
         let mut stream = TcpStream::connect(proxy).await?;
         stream.write_all(request.as_bytes()).await?;
@@ -114,8 +131,7 @@ async fn exchange(proxy: SocketAddr, request: &str) -> Result<Vec<u8>, String> {
         stream.read_to_end(&mut raw).await?;
         Ok::<_, std::io::Error>(raw)
     };
-    tokio::time::timeout(Duration::from_secs(10), io)
+    Ok(tokio::time::timeout(Duration::from_secs(10), io)
         .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|e| e.to_string())
+        .map_err(|_| RequestError::TimedOut)??)
 }

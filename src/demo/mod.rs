@@ -60,12 +60,40 @@ pub fn run(seconds: u64, verbose: bool) -> i32 {
     }
 }
 
-async fn demo(seconds: u64) -> Result<(), String> {
+/// Why the demo cannot start.
+#[derive(Debug, thiserror::Error)]
+enum DemoError {
+    /// A simulated provider cannot listen.
+    #[error("cannot start simulated provider {name}: {source}")]
+    Provider {
+        /// The provider's name.
+        name: &'static str,
+        /// Why it cannot listen.
+        source: std::io::Error,
+    },
+    /// No loopback port is free for the proxy.
+    #[error("no free loopback port: {0}")]
+    NoPort(std::io::Error),
+    /// The generated config does not validate.
+    #[error("generated config is invalid:\n{0}")]
+    Config(crate::config::ConfigError),
+    /// The proxy's state cannot be built from the config.
+    #[error(transparent)]
+    App(#[from] crate::app::AppError),
+    /// The Pingora server cannot be configured.
+    #[error(transparent)]
+    Server(#[from] crate::server::ServerConfError),
+    /// The proxy does not answer `/health`.
+    #[error(transparent)]
+    NotHealthy(#[from] driver::NotHealthy),
+}
+
+async fn demo(seconds: u64) -> Result<(), DemoError> {
     let mut sims = Vec::new();
     for (name, _, latency_ms) in PROVIDERS {
         let sim = SimProvider::start(name)
             .await
-            .map_err(|e| format!("cannot start simulated provider {name}: {e}"))?;
+            .map_err(|source| DemoError::Provider { name, source })?;
         sim.set_recording(false);
         sim.behaviour.set_latency(Duration::from_millis(latency_ms));
         sims.push(sim);
@@ -73,11 +101,10 @@ async fn demo(seconds: u64) -> Result<(), String> {
     sims[2].behaviour.set_failure_every(3, 503);
 
     let listen = free_loopback_addr()?;
-    let config = Config::parse(&config_text(listen, &sims), &|_| None)
-        .map_err(|e| format!("generated config is invalid:\n{e}"))?;
-    let app = App::new(config).map_err(|e| e.to_string())?;
-    let server =
-        crate::server::build(Default::default(), app.clone()).map_err(|e| e.to_string())?;
+    let config =
+        Config::parse(&config_text(listen, &sims), &|_| None).map_err(DemoError::Config)?;
+    let app = App::new(config)?;
+    let server = crate::server::build(Default::default(), app.clone())?;
     std::thread::spawn(move || server.run_forever());
     driver::wait_healthy(listen).await?;
 
@@ -135,10 +162,10 @@ fn config_text(listen: SocketAddr, sims: &[SimProvider]) -> String {
     text
 }
 
-fn free_loopback_addr() -> Result<SocketAddr, String> {
+fn free_loopback_addr() -> Result<SocketAddr, DemoError> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free loopback port: {e}"))
+        .map_err(DemoError::NoPort)
 }
 
 #[cfg(test)]

@@ -37,8 +37,8 @@ pub use quota::{QuotaKind, QuotaView};
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
     choose, choose_at, choose_keyed, choose_keyed_at, pick_index, shares, shares_for,
-    shares_for_at, weights, weights_for, Choice, Keyed, ParamRange, RoutingParams, COLD_WEIGHT,
-    INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS, WAIT_AGE_FACTOR,
+    shares_for_at, weights, weights_for, Choice, Keyed, ParamOutOfRange, ParamRange, RoutingParams,
+    COLD_WEIGHT, INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS, WAIT_AGE_FACTOR,
 };
 pub use tracker::{
     CandidateStats, Health, InflightGuard, OwnedInflightGuard, Snapshot, StatsSnapshot, WaitGuard,

@@ -1,8 +1,11 @@
 //! Turning candidate statistics into traffic shares and picking one candidate.
 //!
-//! [`shares`] is the pure scoring core shared by the proxy, /status and the simulator;
-//! [`pick_index`] maps a uniform draw onto shares; [`choose`] is one alias's hot-path entry
-//! point (pin rule + weighted pick) and allocates nothing for up to [`INLINE_CANDIDATES`].
+//! One scoring function turns a candidate's [`Snapshot`] into a `Score` (warm with a speed,
+//! or cold with a success rate, and whether it is backed off); one path turns an alias's
+//! scores into weights and shares. [`shares`] and [`weights`] (for /status) and the picks all
+//! go through it. [`pick_index`] maps a uniform draw onto shares; [`choose`] is one alias's
+//! hot-path entry point (pin rule + weighted pick) and allocates nothing for up to
+//! [`INLINE_CANDIDATES`].
 //! [`choose_keyed`] picks the same way with a conversation key: weighted rendezvous over the
 //! same shares instead of a random draw.
 //! [`choose_at`] / [`shares_for_at`] take the time explicitly (the simulator's virtual clock);
@@ -96,7 +99,7 @@ impl RoutingParams {
 
     /// Range check against the same ranges config validation uses; `Err` names the offending
     /// key and its range.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ParamOutOfRange> {
         for (range, value) in [
             (Self::EWMA_ALPHA, self.ewma_alpha),
             (Self::EXPLOIT_K, self.exploit_k),
@@ -104,12 +107,17 @@ impl RoutingParams {
             (Self::ERROR_THRESHOLD, self.error_threshold),
         ] {
             if !(range.ok)(value) {
-                return Err(format!("{} must be {}", range.key, range.rule));
+                return Err(ParamOutOfRange(range));
             }
         }
         Ok(())
     }
 }
+
+/// A routing parameter outside its [`ParamRange`] ("exploit_k must be > 0 and <= 20").
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("{} must be {}", .0.key, .0.rule)]
+pub struct ParamOutOfRange(pub ParamRange);
 
 /// Result of [`choose`]: which candidate (config order) and whether a pin decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,40 +128,106 @@ pub struct Choice {
     pub pinned_honoured: bool,
 }
 
-/// Marks a backed-off candidate in the speed buffer: no share at all, not even the floor.
-const EXCLUDED: f64 = f64::NEG_INFINITY;
+/// One candidate as [`score`] sees it: the only input of the weights, the shares, the weighted
+/// random pick and the keyed rendezvous pick. Either kind may be backed off by a `Retry-After`;
+/// [`weigh`] decides what that means.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Score {
+    /// Has a latency in this mode.
+    Warm {
+        /// `success / effective latency` (1/µs, at least 0), with the congestion discount and
+        /// quota pacing folded in (see [`discounted`]).
+        speed: f64,
+        /// A `Retry-After` back-off is in force.
+        backed_off: bool,
+    },
+    /// No usable latency in this mode yet.
+    Cold {
+        /// The success rate, clamped to `[MIN_SUCCESS, 1]`, so a cold candidate that keeps
+        /// failing before any response (refused connects, DNS) still loses its share.
+        success: f64,
+        /// A `Retry-After` back-off is in force.
+        backed_off: bool,
+    },
+}
 
-/// Inverse effective latency ("speed", 1/µs) of a candidate: `success / latency`, with success
+impl Score {
+    /// The score of [`Snapshot::COLD`]; fills scratch buffers before they are written.
+    const COLD: Score = Score::Cold {
+        success: 1.0,
+        backed_off: false,
+    };
+
+    /// True while a `Retry-After` back-off is in force.
+    #[inline]
+    fn backed_off(self) -> bool {
+        match self {
+            Score::Warm { backed_off, .. } | Score::Cold { backed_off, .. } => backed_off,
+        }
+    }
+}
+
+/// One candidate's part while scores become weights and weights become shares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stake {
+    /// Backed off: no weight and no share, not even the probe floor.
+    Out,
+    /// A raw weight, then a share, still scaled with the others.
+    In(f64),
+    /// Held at the probe floor while the others are scaled.
+    Floored,
+}
+
+impl Stake {
+    /// The share this stake ends as, the probe floor being `floor`.
+    #[inline]
+    fn share(self, floor: f64) -> f64 {
+        match self {
+            Stake::Out => 0.0,
+            Stake::In(share) => share,
+            Stake::Floored => floor,
+        }
+    }
+}
+
+/// The single scoring function. A warm candidate's speed is `success / latency`, with success
 /// clamped to `[MIN_SUCCESS, 1]` and latency to at least `MIN_LATENCY_US`. The latency is the
 /// EWMA, or [`WAIT_AGE_FACTOR`] times the mean age of the requests still waiting for their
-/// first chunk when that is larger (see [`super::pressure`]). A cold candidate (no usable latency) is marked as `-success`, so
-/// one that keeps failing before any response (refused connects, DNS) still loses its share.
-/// Ratios of speeds are inverse ratios of effective latencies, and this form needs one division
-/// per candidate instead of two.
+/// first chunk when that is larger (see [`super::pressure`]). Ratios of speeds are inverse
+/// ratios of effective latencies, and this form needs one division per candidate instead of
+/// two. `k` is the exponent from [`sane_k`].
 #[inline]
-fn speed(latency_us: Option<f64>, success: f64, wait_age_us: Option<f64>) -> f64 {
+fn score(s: &Snapshot, k: f64) -> Score {
     // A NaN success rate (never produced by the tracker) counts as the worst.
-    let success = if success.is_nan() {
+    let success = if s.success.is_nan() {
         MIN_SUCCESS
     } else {
-        success.clamp(MIN_SUCCESS, 1.0)
+        s.success.clamp(MIN_SUCCESS, 1.0)
     };
-    match latency_us {
+    let backed_off = s.backed_off;
+    match s.latency_us {
         Some(lat) if lat.is_finite() && lat >= 0.0 => {
-            let lat = match wait_age_us {
+            let lat = match s.wait_age_us {
                 Some(age) if WAIT_AGE_FACTOR * age > lat => WAIT_AGE_FACTOR * age,
                 _ => lat,
             };
-            success / lat.max(MIN_LATENCY_US)
+            let speed = success / lat.max(MIN_LATENCY_US);
+            Score::Warm {
+                speed: discounted(speed, s.discount, s.pacing, k),
+                backed_off,
+            }
         }
-        _ => -success,
+        _ => Score::Cold {
+            success,
+            backed_off,
+        },
     }
 }
 
 /// A warm candidate's speed with its congestion discount `d` and quota pacing factor `f`
 /// folded in: `speed × (f·e^-d)^(1/k)`, so that after the power `k` its weight carries the
 /// factor `f·e^-d` (shares are ratios, so scaling every weight by the same best changes
-/// nothing). Cold and excluded markers pass.
+/// nothing).
 #[inline]
 fn discounted(speed: f64, d: f64, f: f64, k: f64) -> f64 {
     if speed > 0.0 && k > 0.0 && (d > 0.0 || f < 1.0) {
@@ -187,9 +261,22 @@ fn pow_u32(mut base: f64, mut e: u32) -> f64 {
     acc
 }
 
+/// Runs `f` with scratch scores and stakes for `n` candidates: on the stack up to
+/// [`INLINE_CANDIDATES`], on the heap beyond.
+#[inline]
+fn with_scratch<R>(n: usize, f: impl FnOnce(&mut [Score], &mut [Stake]) -> R) -> R {
+    if n <= INLINE_CANDIDATES {
+        let mut scores = [Score::COLD; INLINE_CANDIDATES];
+        let mut stakes = [Stake::Out; INLINE_CANDIDATES];
+        f(&mut scores[..n], &mut stakes[..n])
+    } else {
+        f(&mut vec![Score::COLD; n], &mut vec![Stake::Out; n])
+    }
+}
+
 /// Shares (summing to 1) for one alias's candidates from their snapshots; the pure core used by
-/// proxy, /status and simulator. Writes `min(snaps.len(), out.len())` shares and zeroes any
-/// extra `out` slots.
+/// /status and the tests (the picks score the live statistics the same way). Writes
+/// `min(snaps.len(), out.len())` shares and zeroes any extra `out` slots.
 ///
 /// Raw weight = (best_effective / effective)^k for warm candidates, [`COLD_WEIGHT`] for cold
 /// ones (all equal when every candidate is cold); then normalised and floored at
@@ -199,27 +286,16 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
     let (out, rest) = out.split_at_mut(n);
     rest.iter_mut().for_each(|x| *x = 0.0);
-    speeds(&snaps[..n], params, out);
-    speeds_to_shares(out, params);
-}
-
-/// Speeds for one alias's snapshots, with backed-off candidates marked [`EXCLUDED`] (unless
-/// every candidate is backed off, when back-off is ignored).
-fn speeds(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
-    let exclude = snaps.iter().any(|s| !s.backed_off);
     let k = sane_k(params.exploit_k);
-    for (o, s) in out.iter_mut().zip(snaps) {
-        *o = if exclude && s.backed_off {
-            EXCLUDED
-        } else {
-            discounted(
-                speed(s.latency_us, s.success, s.wait_age_us),
-                s.discount,
-                s.pacing,
-                k,
-            )
-        };
-    }
+    with_scratch(n, |scores, stakes| {
+        for (score_of, snap) in scores.iter_mut().zip(snaps) {
+            *score_of = score(snap, k);
+        }
+        share_out(scores, params, stakes);
+        for (o, stake) in out.iter_mut().zip(stakes.iter()) {
+            *o = stake.share(params.probe_floor);
+        }
+    });
 }
 
 /// Raw weights (before normalising and the probe floor) for one alias's candidates: the best
@@ -228,94 +304,93 @@ fn speeds(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
 /// `min(snaps.len(), out.len())` values.
 pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
-    let out = &mut out[..n];
-    speeds(&snaps[..n], params, out);
-    speeds_to_weights(out, params);
-    out.iter_mut().filter(|o| o.is_nan()).for_each(|o| *o = 0.0);
+    let k = sane_k(params.exploit_k);
+    with_scratch(n, |scores, stakes| {
+        for (score_of, snap) in scores.iter_mut().zip(snaps) {
+            *score_of = score(snap, k);
+        }
+        weigh(scores, params, stakes);
+        for (o, stake) in out.iter_mut().zip(stakes.iter()) {
+            *o = stake.share(0.0);
+        }
+    });
 }
 
-/// In place: speeds from [`speed`] (negative = cold, [`EXCLUDED`] = backed off) become raw
-/// weights, backed-off ones NaN; returns the sum and count of the others.
-fn speeds_to_weights(out: &mut [f64], params: &RoutingParams) -> (f64, usize) {
+/// Scores become raw weights in `out` (same length); returns the weights' sum.
+///
+/// The back-off rule lives here and nowhere else: a backed-off candidate is [`Stake::Out`],
+/// unless every candidate is backed off, when back-off is ignored rather than routing nowhere.
+fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> f64 {
+    let honour_back_off = scores.iter().any(|s| !s.backed_off());
+    let takes_part = |s: Score| !(honour_back_off && s.backed_off());
     let k = sane_k(params.exploit_k);
     let int_k = (k <= 64.0 && f64::from(k as u32) == k).then_some(k as u32);
     let pow = |ratio: f64| match int_k {
         Some(e) => pow_u32(ratio, e),
         None => ratio.powf(k),
     };
-    let best = out.iter().fold(0.0f64, |b, &v| b.max(v));
+    let best = scores.iter().fold(0.0f64, |b, &s| match s {
+        Score::Warm { speed, .. } if takes_part(s) => b.max(speed),
+        _ => b,
+    });
     // With nothing warm, cold candidates split evenly (scaled by success^k, so one that keeps
     // failing before any response still yields); otherwise a cold one probes at a quarter of
     // the best's weight, scaled the same way. The best warm candidate has weight 1.
     let cold_weight = if best <= 0.0 { 1.0 } else { COLD_WEIGHT };
     let inv_best = if best <= 0.0 { 0.0 } else { 1.0 / best };
     let mut sum = 0.0;
-    let mut active = 0usize;
-    for o in out.iter_mut() {
-        *o = if *o == EXCLUDED {
-            f64::NAN
-        } else if *o < 0.0 {
-            cold_weight * pow(-*o)
-        } else {
-            // The best candidate is exactly 1.0 (o * (1/best) can miss it by one ulp).
-            if *o == best {
-                1.0
-            } else {
-                pow((*o * inv_best).min(1.0))
-            }
-        };
-        if !o.is_nan() {
-            sum += *o;
-            active += 1;
+    for (o, &s) in out.iter_mut().zip(scores) {
+        if !takes_part(s) {
+            *o = Stake::Out;
+            continue;
         }
+        let weight = match s {
+            Score::Cold { success, .. } => cold_weight * pow(success),
+            // The best candidate is exactly 1.0 (speed * (1/best) can miss it by one ulp).
+            Score::Warm { speed, .. } if speed == best => 1.0,
+            Score::Warm { speed, .. } => pow((speed * inv_best).min(1.0)),
+        };
+        sum += weight;
+        *o = Stake::In(weight);
     }
-    (sum, active)
+    sum
 }
 
-/// In place: speeds from [`speed`] (negative = cold, [`EXCLUDED`] = backed off) become shares.
-/// The single scoring path behind both [`shares`] and [`choose`].
-fn speeds_to_shares(out: &mut [f64], params: &RoutingParams) {
-    let n = out.len();
-    if n == 0 {
-        return;
-    }
-    // Backed-off candidates become NaN: skipped by every step below, 0 at the end.
-    let (sum, active) = speeds_to_weights(out, params);
-    if active == 0 {
-        out.iter_mut().for_each(|x| *x = 1.0 / n as f64);
-        return;
-    }
+/// Scores become shares in `out` (same length; read each with [`Stake::share`] and the probe
+/// floor): the one path behind [`shares`] and the picks.
+fn share_out(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) {
+    let sum = weigh(scores, params, out);
     if sum > 0.0 {
         // Normalise; the floor pass is only needed if some share fell below the floor.
         let inv_sum = 1.0 / sum;
         let mut min = f64::INFINITY;
-        for o in out.iter_mut().filter(|o| !o.is_nan()) {
-            *o *= inv_sum;
-            min = min.min(*o);
+        for o in out.iter_mut() {
+            if let Stake::In(share) = o {
+                *share *= inv_sum;
+                min = min.min(*share);
+            }
         }
         if min < params.probe_floor {
             apply_floor(out, params.probe_floor);
         }
     } else {
-        // Every active weight underflowed to 0 (or the sum is NaN): split evenly.
+        // Every weight underflowed to 0 (or there is no candidate): split evenly.
         even_split(out);
     }
-    out.iter_mut().filter(|o| o.is_nan()).for_each(|o| *o = 0.0);
 }
 
-/// Equal shares for every non-NaN entry (NaN entries are left alone).
-fn even_split(out: &mut [f64]) {
-    let m = out.iter().filter(|x| !x.is_nan()).count().max(1);
-    out.iter_mut()
-        .filter(|x| !x.is_nan())
-        .for_each(|x| *x = 1.0 / m as f64);
+/// Equal shares for every candidate that is not [`Stake::Out`].
+fn even_split(out: &mut [Stake]) {
+    let m = out.iter().filter(|s| **s != Stake::Out).count().max(1);
+    for s in out.iter_mut().filter(|s| **s != Stake::Out) {
+        *s = Stake::In(1.0 / m as f64);
+    }
 }
 
-/// Raise normalised shares below `floor` to it and scale the rest down proportionally, until
-/// stable. NaN entries (backed off) take no part; negative values mark "fixed at the floor"
-/// while iterating.
-fn apply_floor(out: &mut [f64], floor: f64) {
-    let m = out.iter().filter(|x| !x.is_nan()).count();
+/// Raises normalised shares below `floor` to it ([`Stake::Floored`]) and scales the rest down
+/// proportionally, until stable. [`Stake::Out`] candidates take no part.
+fn apply_floor(out: &mut [Stake], floor: f64) {
+    let m = out.iter().filter(|s| **s != Stake::Out).count();
     if floor.is_nan() || floor <= 0.0 || m == 0 {
         return;
     }
@@ -324,24 +399,33 @@ fn apply_floor(out: &mut [f64], floor: f64) {
         return;
     }
     let mut fixed = 0usize;
-    let mut free_sum: f64 = out.iter().filter(|x| !x.is_nan()).sum();
+    let mut free_sum: f64 = out
+        .iter()
+        .filter_map(|s| match s {
+            Stake::In(share) => Some(*share),
+            _ => None,
+        })
+        .sum();
     // Each round fixes at least one more candidate or finishes, so m + 1 rounds suffice.
     for _ in 0..=m {
         // free_sum includes the largest share (never fixed), so it stays well away from 0.
         let scale = (1.0 - fixed as f64 * floor) / free_sum;
         let mut changed = false;
-        for x in out.iter_mut() {
-            // NaN compares false, so backed-off entries are never fixed.
-            if *x >= 0.0 && *x * scale < floor {
-                fixed += 1;
-                free_sum -= *x;
-                *x = -1.0;
-                changed = true;
+        for s in out.iter_mut() {
+            if let Stake::In(share) = *s {
+                if share * scale < floor {
+                    fixed += 1;
+                    free_sum -= share;
+                    *s = Stake::Floored;
+                    changed = true;
+                }
             }
         }
         if !changed {
-            for x in out.iter_mut().filter(|x| !x.is_nan()) {
-                *x = if *x < 0.0 { floor } else { *x * scale };
+            for s in out.iter_mut() {
+                if let Stake::In(share) = s {
+                    *share *= scale;
+                }
             }
             return;
         }
@@ -355,10 +439,16 @@ fn apply_floor(out: &mut [f64], floor: f64) {
 /// Index whose cumulative share interval contains `r` (uniform in [0, 1)). Negative/NaN shares
 /// count as 0; rounding leftovers go to the last candidate with a positive share; empty -> 0.
 pub fn pick_index(shares: &[f64], r: f64) -> usize {
+    draw(shares.iter().copied(), r)
+}
+
+/// [`pick_index`] over shares as they come.
+#[inline]
+fn draw(shares: impl Iterator<Item = f64>, r: f64) -> usize {
     let r = if r.is_nan() { 0.0 } else { r };
     let mut acc = 0.0;
     let mut last_positive = 0;
-    for (i, &s) in shares.iter().enumerate() {
+    for (i, s) in shares.enumerate() {
         let s = s.max(0.0);
         if s > 0.0 {
             acc += s;
@@ -451,23 +541,10 @@ pub fn choose_keyed_at<C: AsRef<CandidateStats>>(
             }
         }
     }
-    let n = cands.len();
-    let index = match n {
+    let index = match cands.len() {
         0 => return None,
         1 => 0,
-        _ if n <= INLINE_CANDIDATES => {
-            let mut w = [0.0f64; INLINE_CANDIDATES];
-            weighted_pick(cands, mode, params, now_us, keyed, rng, &mut w[..n])
-        }
-        _ => weighted_pick(
-            cands,
-            mode,
-            params,
-            now_us,
-            keyed,
-            rng,
-            &mut vec![0.0f64; n],
-        ),
+        _ => weighted_pick(cands, mode, params, now_us, keyed, rng),
     };
     Some(Choice {
         index,
@@ -475,9 +552,9 @@ pub fn choose_keyed_at<C: AsRef<CandidateStats>>(
     })
 }
 
-/// Score and draw using a caller-provided buffer of length `cands.len()`; reads the stats
-/// straight into speeds (same scoring path as [`shares`], without building snapshots). The
-/// draw is random, or with a key its rendezvous pick over the same shares.
+/// Scores the live statistics and draws: the same scoring path as [`shares`], on the stack up
+/// to [`INLINE_CANDIDATES`]. The draw is random, or with a key its rendezvous pick over the
+/// same shares.
 fn weighted_pick<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
@@ -485,40 +562,27 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     now_us: u64,
     keyed: Option<Keyed<'_>>,
     rng: &mut impl RngSource,
-    w: &mut [f64],
 ) -> usize {
-    let mut backed_off = 0;
     let k = sane_k(params.exploit_k);
-    for (o, c) in w.iter_mut().zip(cands) {
-        let c = c.as_ref();
-        let d = c.congestion_discount(mode);
-        *o = if !c.needs_time() {
-            discounted(speed(c.latency_us(mode), c.success(), None), d, 1.0, k)
-        } else if c.backed_off(now_us) {
-            backed_off += 1;
-            EXCLUDED
-        } else {
-            let age = c.wait_age_us(mode, now_us);
-            let f = c.pacing(now_us);
-            discounted(speed(c.latency_us(mode), c.success(), age), d, f, k)
-        };
-    }
-    if backed_off == w.len() {
-        // Everyone is backed off: ignore back-off rather than refuse to route.
-        for (o, c) in w.iter_mut().zip(cands) {
+    with_scratch(cands.len(), |scores, stakes| {
+        for (score_of, c) in scores.iter_mut().zip(cands) {
             let c = c.as_ref();
-            let age = c.wait_age_us(mode, now_us);
-            let d = c.congestion_discount(mode);
-            let f = c.pacing(now_us);
-            *o = discounted(speed(c.latency_us(mode), c.success(), age), d, f, k);
+            // The time-dependent signals are read only when the candidate has any.
+            *score_of = if c.needs_time() {
+                score(&c.snapshot_at(mode, now_us), k)
+            } else {
+                score(&c.snapshot(mode), k)
+            };
         }
-    }
-    speeds_to_shares(w, params);
-    let rendezvous = keyed.and_then(|k| {
-        let candidates = k.identities.iter().copied().zip(w.iter().copied());
-        super::rendezvous::pick_by(k.key, candidates)
-    });
-    rendezvous.unwrap_or_else(|| pick_index(w, rng.next_f64()))
+        share_out(scores, params, stakes);
+        let floor = params.probe_floor;
+        let shares = stakes.iter().map(|s| s.share(floor));
+        let rendezvous = keyed.and_then(|k| {
+            let candidates = k.identities.iter().copied().zip(shares.clone());
+            super::rendezvous::pick_by(k.key, candidates)
+        });
+        rendezvous.unwrap_or_else(|| draw(shares, rng.next_f64()))
+    })
 }
 
 /// Current shares for all candidates of an alias (allocates; for /status and metrics), at the
@@ -574,7 +638,6 @@ mod tests {
         Snapshot {
             latency_us: Some(lat),
             success,
-            inflight: 0,
             wait_age_us: None,
             backed_off: false,
             discount: 0.0,
@@ -749,7 +812,6 @@ mod tests {
                             Some(rng.next_f64() * 1e7)
                         },
                         success: rng.next_f64(),
-                        inflight: 0,
                         wait_age_us: if rng.next_u64() % 3 == 0 {
                             Some(rng.next_f64() * 1e7)
                         } else {
@@ -1177,7 +1239,7 @@ mod tests {
             ..RoutingParams::default()
         };
         assert_eq!(
-            too_sharp.check(),
+            too_sharp.check().map_err(|e| e.to_string()),
             Err("exploit_k must be > 0 and <= 20".to_string())
         );
     }

@@ -40,15 +40,14 @@ impl Health {
     }
 }
 
-/// Point-in-time view of one candidate in one mode: the input to [`super::shares`].
+/// Point-in-time view of one candidate in one mode: what the selector scores (for
+/// [`super::shares`] and the picks alike).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Snapshot {
     /// Latency EWMA in microseconds; `None` while cold in this mode.
     pub latency_us: Option<f64>,
     /// Success-rate EWMA in `[0, 1]`.
     pub success: f64,
-    /// Requests currently in flight.
-    pub inflight: u64,
     /// Mean age (µs) of this mode's requests still waiting for their first chunk, if any are
     /// tracked (see [`CandidateStats::begin_wait`]).
     pub wait_age_us: Option<f64>,
@@ -65,7 +64,6 @@ impl Snapshot {
     pub const COLD: Snapshot = Snapshot {
         latency_us: None,
         success: 1.0,
-        inflight: 0,
         wait_age_us: None,
         backed_off: false,
         discount: 0.0,
@@ -239,7 +237,6 @@ impl CandidateStats {
         Snapshot {
             latency_us: load_latency(&self.latency[mode.slot()]),
             success: self.success(),
-            inflight: self.inflight(),
             wait_age_us: None,
             backed_off: false,
             discount: self.congestion_discount(mode),
@@ -636,7 +633,7 @@ mod tests {
             assert_eq!(s.inflight(), 2);
             let c = s.begin_owned();
             assert_eq!(s.inflight(), 3);
-            assert_eq!(c.stats().snapshot(Mode::Streaming).inflight, 3);
+            assert_eq!(c.stats().inflight(), 3);
         }
         assert_eq!(s.inflight(), 0);
     }

@@ -3,7 +3,17 @@
 use super::metrics::Series;
 use super::scenario::Scenario;
 use plotters::prelude::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A chart that cannot be drawn or written.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct ChartError {
+    /// The SVG file.
+    pub path: PathBuf,
+    /// What the drawing library reported.
+    pub source: DrawingAreaErrorKind<std::io::Error>,
+}
 
 /// Line colours of the providers, in order.
 const COLOURS: [RGBColor; 4] = [
@@ -29,10 +39,13 @@ pub fn share_chart(
     scenario: &Scenario,
     subtitle: &str,
     series: &[(String, Series)],
-) -> Result<(), String> {
+) -> Result<(), ChartError> {
     let rows = series.len().div_ceil(COLUMNS).max(1);
     let size = (PANEL.0 * COLUMNS as u32, PANEL.1 * rows as u32 + HEADER);
-    let err = |e: DrawingAreaErrorKind<_>| format!("{}: {e}", path.display());
+    let err = |source| ChartError {
+        path: path.to_path_buf(),
+        source,
+    };
     let root = SVGBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let (header, body) = root.split_vertically(HEADER);

@@ -27,10 +27,41 @@ pub mod scenario_file;
 pub mod strategy;
 pub mod sturnus;
 
+use crate::routing::ParamOutOfRange;
 use report::Report;
 use scenario::{Scenario, Size};
 use std::path::PathBuf;
 use sturnus::Variant;
+
+/// Why `sturnus simulate` cannot run or write its results.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A what-if flag is outside its parameter's range.
+    #[error(transparent)]
+    Param(#[from] ParamOutOfRange),
+    /// `--scenario` names no built-in scenario.
+    #[error("unknown scenario {name:?} (expected one of {known})")]
+    UnknownScenario {
+        /// The name given.
+        name: String,
+        /// The built-in scenarios' names, comma-separated.
+        known: String,
+    },
+    /// A `--scenario-file` cannot be read or is not a valid scenario.
+    #[error(transparent)]
+    ScenarioFile(#[from] scenario_file::LoadError),
+    /// A results file cannot be written under `--out`.
+    #[error("{}: {source}", path.display())]
+    Write {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why it cannot be written.
+        source: std::io::Error,
+    },
+    /// A chart cannot be drawn under `--out`.
+    #[error(transparent)]
+    Chart(#[from] chart::ChartError),
+}
 
 /// Flags of `sturnus simulate`.
 #[derive(clap::Args, Debug, Clone)]
@@ -76,7 +107,7 @@ pub struct SimulateArgs {
 
 impl SimulateArgs {
     /// The "sturnus" contender these flags describe; `Err` names a parameter out of range.
-    pub fn variant(&self) -> Result<Variant, String> {
+    pub fn variant(&self) -> Result<Variant, ParamOutOfRange> {
         let mut v = Variant::current();
         if let Some(k) = self.exploit_k {
             v.params.exploit_k = k;
@@ -94,7 +125,11 @@ impl SimulateArgs {
 
 /// The built-in scenarios called `names` (all of them when empty and no file is given),
 /// followed by the scenarios read from `files`.
-pub fn select(names: &[String], files: &[PathBuf], size: Size) -> Result<Vec<Scenario>, String> {
+pub fn select(
+    names: &[String],
+    files: &[PathBuf],
+    size: Size,
+) -> Result<Vec<Scenario>, SimulateError> {
     let all = scenario::names();
     let names: Vec<&str> = if names.is_empty() && files.is_empty() {
         all.clone()
@@ -104,11 +139,9 @@ pub fn select(names: &[String], files: &[PathBuf], size: Size) -> Result<Vec<Sce
     let mut scenarios: Vec<Scenario> = names
         .iter()
         .map(|n| {
-            scenario::scenario(n, size).ok_or_else(|| {
-                format!(
-                    "unknown scenario {n:?} (expected one of {})",
-                    all.join(", ")
-                )
+            scenario::scenario(n, size).ok_or_else(|| SimulateError::UnknownScenario {
+                name: n.to_string(),
+                known: all.join(", "),
             })
         })
         .collect::<Result<_, _>>()?;
@@ -124,7 +157,7 @@ pub fn simulate(
     scenarios: &[Scenario],
     size: Size,
     current: Variant,
-) -> Result<(Report, Vec<ScenarioRun>), String> {
+) -> (Report, Vec<ScenarioRun>) {
     let jobs: Vec<(usize, scenario::Contender)> = scenarios
         .iter()
         .enumerate()
@@ -162,7 +195,7 @@ pub fn simulate(
         });
         reports.push(report::scenario_report(sc, figs));
     }
-    Ok((
+    (
         Report {
             seed,
             quick: size == Size::Quick,
@@ -170,7 +203,7 @@ pub fn simulate(
             scenarios: reports,
         },
         runs,
-    ))
+    )
 }
 
 /// A scenario with each contender's share series (what the charts draw).
@@ -217,9 +250,9 @@ fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> 
 /// `sturnus simulate`: runs, prints the table (or JSON), writes charts; returns the exit code.
 pub fn main(args: &SimulateArgs) -> i32 {
     let size = if args.quick { Size::Quick } else { Size::Full };
-    let run = args.variant().and_then(|v| {
+    let run = args.variant().map_err(SimulateError::from).and_then(|v| {
         let scenarios = select(&args.scenarios, &args.scenario_files, size)?;
-        simulate(args.seed, &scenarios, size, v)
+        Ok(simulate(args.seed, &scenarios, size, v))
     });
     let (report, runs) = match run {
         Ok(r) => r,
@@ -260,11 +293,15 @@ fn write_out(
     markdown: &str,
     json: &str,
     runs: &[ScenarioRun],
-) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> Result<(), SimulateError> {
+    let failed = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        |source| SimulateError::Write { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(failed(dir))?;
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::write(&path, text).map_err(failed(&path))
     };
     write("results.md", markdown)?;
     write("results.json", json)?;
@@ -287,23 +324,23 @@ mod tests {
     #[test]
     fn same_seed_same_figures() {
         let sc = select(&["outage".to_string()], &[], Size::Quick).unwrap_or_default();
-        let a = simulate(5, &sc, Size::Quick, Variant::current()).map(|r| r.0);
-        let b = simulate(5, &sc, Size::Quick, Variant::current()).map(|r| r.0);
-        assert!(a.is_ok());
+        assert!(!sc.is_empty());
+        let a = simulate(5, &sc, Size::Quick, Variant::current()).0;
+        let b = simulate(5, &sc, Size::Quick, Variant::current()).0;
         assert_eq!(a, b);
-        let c = simulate(6, &sc, Size::Quick, Variant::current()).map(|r| r.0);
+        let c = simulate(6, &sc, Size::Quick, Variant::current()).0;
         assert_ne!(a, c);
     }
 
     #[test]
     fn unknown_scenario_or_file_is_an_error() {
         let r = select(&["nope".to_string()], &[], Size::Quick);
-        assert!(r.is_err_and(|e| e.contains("unknown scenario \"nope\"")));
+        assert!(r.is_err_and(|e| e.to_string().contains("unknown scenario \"nope\"")));
         let r = select(&[], &[PathBuf::from("/nonexistent/x.toml")], Size::Quick);
-        assert!(r.is_err_and(|e| e.contains("/nonexistent/x.toml")));
+        assert!(r.is_err_and(|e| e.to_string().contains("/nonexistent/x.toml")));
         assert_eq!(
-            select(&[], &[], Size::Quick).map(|s| s.len()),
-            Ok(scenario::BUILT_IN.len())
+            select(&[], &[], Size::Quick).map(|s| s.len()).ok(),
+            Some(scenario::BUILT_IN.len())
         );
     }
 
@@ -329,7 +366,10 @@ mod tests {
             && !v.wait_age
             && v.retry_after));
         let bad = Cli::parse_from(["x", "--ewma-alpha", "0"]);
-        assert!(bad.args.variant().is_err_and(|e| e.contains("ewma_alpha")));
+        assert!(bad
+            .args
+            .variant()
+            .is_err_and(|e| e.to_string().contains("ewma_alpha")));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::conversations::ConversationSpec;
 use super::provider::{Behaviour, Phase, ProviderSpec, QuotaSpec};
 use super::scenario::{Incident, Scenario, Size, Targets};
 use serde::Deserialize;
+use std::path::{Path, PathBuf};
 
 /// Most providers a scenario may have (the charts' colours, the oracle's search).
 pub const MAX_PROVIDERS: usize = 4;
@@ -125,19 +126,71 @@ enum BehaviourName {
     RateLimited,
 }
 
+/// What is wrong with a scenario's text.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// Not TOML of the scenario's shape (syntax, an unknown or missing field, a wrong type).
+    #[error("{}", .0.message())]
+    Shape(toml::de::Error),
+    /// A value out of range or at odds with another field.
+    #[error("{field}: {problem}")]
+    Invalid {
+        /// The field's path (`provider[0].phase[1].factor`).
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// A scenario file that cannot be used; the message starts with the file's path.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be read.
+        source: std::io::Error,
+    },
+    /// The file's text is not a valid scenario.
+    #[error("{}: {source}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: ScenarioError,
+    },
+}
+
 /// Parses a scenario file at the given size; `Err` says what is wrong and where.
-pub fn parse(text: &str, size: Size) -> Result<Scenario, String> {
-    let file: File = toml::from_str(text).map_err(|e| e.message().to_string())?;
+pub fn parse(text: &str, size: Size) -> Result<Scenario, ScenarioError> {
+    let file: File = toml::from_str(text).map_err(ScenarioError::Shape)?;
     build(file, size)
 }
 
 /// Reads and parses `path`.
-pub fn load(path: &std::path::Path, size: Size) -> Result<Scenario, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(&text, size).map_err(|e| format!("{}: {e}", path.display()))
+pub fn load(path: &Path, size: Size) -> Result<Scenario, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, size).map_err(|source| LoadError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
-fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+/// `field` is wrong: `problem`.
+fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+/// `Ok` when `ok`, else the error `what` makes.
+fn check(ok: bool, what: impl FnOnce() -> ScenarioError) -> Result<(), ScenarioError> {
     if ok {
         Ok(())
     } else {
@@ -146,14 +199,17 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
 }
 
 /// Seconds to virtual time, checked to be finite, >= 0 and at most a day.
-fn secs(field: &str, s: f64) -> Result<Micros, String> {
+fn secs(field: &str, s: f64) -> Result<Micros, ScenarioError> {
     check((0.0..=MAX_DURATION_S).contains(&s), || {
-        format!("{field}: {s} is out of range (0 to {MAX_DURATION_S} seconds)")
+        invalid(
+            field,
+            format!("{s} is out of range (0 to {MAX_DURATION_S} seconds)"),
+        )
     })?;
     Ok((s * SEC as f64).round() as Micros)
 }
 
-fn build(f: File, size: Size) -> Result<Scenario, String> {
+fn build(f: File, size: Size) -> Result<Scenario, ScenarioError> {
     let mut quick = match size {
         Size::Full => Quick::default(),
         Size::Quick => f.quick.unwrap_or_default(),
@@ -161,40 +217,54 @@ fn build(f: File, size: Size) -> Result<Scenario, String> {
     let targets = quick.targets.take().unwrap_or(f.targets);
     let shift = quick.shift_s.unwrap_or(0.0);
     // A time of the timeline, moved by the quick shift (0 stays 0).
-    let at = |field: &str, s: f64| -> Result<Micros, String> {
+    let at = |field: &str, s: f64| -> Result<Micros, ScenarioError> {
         let moved = if s > 0.0 { s + shift } else { s };
         check(moved >= 0.0, || {
-            format!("{field}: {s} is before 0 once shifted by quick.shift_s")
+            invalid(
+                field,
+                format!("{s} is before 0 once shifted by quick.shift_s"),
+            )
         })?;
         secs(field, moved)
     };
-    check(!f.name.is_empty(), || "name: must not be empty".into())?;
+    check(!f.name.is_empty(), || invalid("name", "must not be empty"))?;
     let sidecars = quick.sidecars.unwrap_or(f.sidecars);
     check((1..=MAX_SIDECARS).contains(&sidecars), || {
-        format!("sidecars: {sidecars} is out of range (1 to {MAX_SIDECARS})")
+        invalid(
+            "sidecars",
+            format!("{sidecars} is out of range (1 to {MAX_SIDECARS})"),
+        )
     })?;
     check(
         f.rate.is_finite() && f.rate > 0.0 && f.rate <= 1000.0,
         || {
-            format!(
-                "rate: {} is out of range (> 0 and <= 1000 per second)",
-                f.rate
+            invalid(
+                "rate",
+                format!("{} is out of range (> 0 and <= 1000 per second)", f.rate),
             )
         },
     )?;
     let period = ((SEC as f64 / f.rate).round() as Micros).max(1);
     let duration = secs("duration_s", quick.duration_s.unwrap_or(f.duration_s))?;
-    check(duration > 0, || "duration_s: must be > 0".into())?;
+    check(duration > 0, || invalid("duration_s", "must be > 0"))?;
     let focus = match quick.focus_s {
         Some([a, b]) => (secs("quick.focus_s", a)?, secs("quick.focus_s", b)?),
         None => (at("focus_s", f.focus_s[0])?, at("focus_s", f.focus_s[1])?),
     };
     check(focus.0 < focus.1 && focus.1 <= duration, || {
-        "focus_s: must be [start, end] with start < end <= duration_s".into()
+        invalid(
+            "focus_s",
+            "must be [start, end] with start < end <= duration_s",
+        )
     })?;
     check(
         !f.provider.is_empty() && f.provider.len() <= MAX_PROVIDERS,
-        || format!("provider: between 1 and {MAX_PROVIDERS} providers"),
+        || {
+            invalid(
+                "provider",
+                format!("between 1 and {MAX_PROVIDERS} providers"),
+            )
+        },
     )?;
     let mut providers = Vec::new();
     for (i, p) in f.provider.iter().enumerate() {
@@ -202,7 +272,10 @@ fn build(f: File, size: Size) -> Result<Scenario, String> {
     }
     for (i, p) in providers.iter().enumerate() {
         check(!providers[..i].iter().any(|q| q.name == p.name), || {
-            format!("provider[{i}].name: {:?} is used twice", p.name)
+            invalid(
+                format!("provider[{i}].name"),
+                format!("{:?} is used twice", p.name),
+            )
         })?;
     }
     let incident = match &f.incident {
@@ -212,12 +285,18 @@ fn build(f: File, size: Size) -> Result<Scenario, String> {
                 .iter()
                 .position(|p| p.name == inc.provider)
                 .ok_or_else(|| {
-                    format!("incident.provider: no provider named {:?}", inc.provider)
+                    invalid(
+                        "incident.provider",
+                        format!("no provider named {:?}", inc.provider),
+                    )
                 })?;
             let start = at("incident.start_s", inc.start_s)?;
             let end = inc.end_s.map(|e| at("incident.end_s", e)).transpose()?;
             check(end.is_none_or(|e| e > start && e <= duration), || {
-                "incident.end_s: must be after start_s and at most duration_s".into()
+                invalid(
+                    "incident.end_s",
+                    "must be after start_s and at most duration_s",
+                )
             })?;
             Some(Incident {
                 provider,
@@ -229,11 +308,16 @@ fn build(f: File, size: Size) -> Result<Scenario, String> {
     let conversations = f.conversations.as_ref().map(conversations).transpose()?;
     let herd = f.figures == FigureKind::Herd;
     check(herd || f.incident.is_some(), || {
-        "incident: required when figures = \"incident\"".into()
+        invalid("incident", "required when figures = \"incident\"")
     })?;
     check(
         herd == providers.iter().any(|p| p.servers.is_some()),
-        || "figures: \"herd\" exactly when some provider has servers (shared capacity)".into(),
+        || {
+            invalid(
+                "figures",
+                "\"herd\" exactly when some provider has servers (shared capacity)",
+            )
+        },
     )?;
     Ok(Scenario {
         name: f.name,
@@ -250,24 +334,30 @@ fn build(f: File, size: Size) -> Result<Scenario, String> {
     })
 }
 
-fn conversations(c: &ConversationsFile) -> Result<ConversationSpec, String> {
+fn conversations(c: &ConversationsFile) -> Result<ConversationSpec, ScenarioError> {
     check((1..=1_000_000).contains(&c.applications), || {
-        format!(
-            "conversations.applications: {} is out of range (1 to 1000000)",
-            c.applications
+        invalid(
+            "conversations.applications",
+            format!("{} is out of range (1 to 1000000)", c.applications),
         )
     })?;
     let [lo, hi] = c.turns;
     check(lo >= 1 && lo <= hi && hi <= 1000, || {
-        format!("conversations.turns: [{lo}, {hi}] must be [fewest, most] with 1 <= fewest <= most <= 1000")
+        invalid(
+            "conversations.turns",
+            format!("[{lo}, {hi}] must be [fewest, most] with 1 <= fewest <= most <= 1000"),
+        )
     })?;
     check((1..=1000).contains(&c.open), || {
-        format!("conversations.open: {} is out of range (1 to 1000)", c.open)
+        invalid(
+            "conversations.open",
+            format!("{} is out of range (1 to 1000)", c.open),
+        )
     })?;
     check(c.hit_ttfc > 0.0 && c.hit_ttfc <= 1.0, || {
-        format!(
-            "conversations.hit_ttfc: {} is out of range (> 0 and <= 1)",
-            c.hit_ttfc
+        invalid(
+            "conversations.hit_ttfc",
+            format!("{} is out of range (> 0 and <= 1)", c.hit_ttfc),
         )
     })?;
     Ok(ConversationSpec {
@@ -283,40 +373,41 @@ fn conversations(c: &ConversationsFile) -> Result<ConversationSpec, String> {
 fn provider(
     i: usize,
     p: &ProviderFile,
-    at: &impl Fn(&str, f64) -> Result<Micros, String>,
+    at: &impl Fn(&str, f64) -> Result<Micros, ScenarioError>,
     duration: Micros,
-) -> Result<ProviderSpec, String> {
+) -> Result<ProviderSpec, ScenarioError> {
     let field = |k: &str| format!("provider[{i}].{k}");
     check(!p.name.is_empty(), || {
-        format!("{}: must not be empty", field("name"))
+        invalid(field("name"), "must not be empty")
     })?;
     check(
         p.median_ms.is_finite() && p.median_ms > 0.0 && p.median_ms <= 600_000.0,
         || {
-            format!(
-                "{}: {} is out of range (> 0, <= 600000)",
+            invalid(
                 field("median_ms"),
-                p.median_ms
+                format!("{} is out of range (> 0, <= 600000)", p.median_ms),
             )
         },
     )?;
     let jitter = p.jitter.unwrap_or(super::provider::JITTER_SIGMA);
     check((0.0..=2.0).contains(&jitter), || {
-        format!("{}: {jitter} is out of range (0 to 2)", field("jitter"))
+        invalid(
+            field("jitter"),
+            format!("{jitter} is out of range (0 to 2)"),
+        )
     })?;
     check(p.servers.is_none_or(|c| c >= 1), || {
-        format!("{}: must be at least 1", field("servers"))
+        invalid(field("servers"), "must be at least 1")
     })?;
     let quota = match &p.quota {
         Some(q) => {
             check(q.requests >= 1, || {
-                format!("{}: must be at least 1", field("quota.requests"))
+                invalid(field("quota.requests"), "must be at least 1")
             })?;
             check(q.window_s.is_finite() && q.window_s >= 1.0, || {
-                format!(
-                    "{}: {} is under 1 second",
+                invalid(
                     field("quota.window_s"),
-                    q.window_s
+                    format!("{} is under 1 second", q.window_s),
                 )
             })?;
             Some(QuotaSpec {
@@ -331,7 +422,7 @@ fn provider(
         let pf = |k: &str| format!("provider[{i}].phase[{j}].{k}");
         let from = at(&pf("from_s"), ph.from_s)?;
         check(phases.last().is_none_or(|prev| prev.from < from), || {
-            format!("{}: phases must be in increasing time order", pf("from_s"))
+            invalid(pf("from_s"), "phases must be in increasing time order")
         })?;
         let until = p
             .phase
@@ -341,13 +432,19 @@ fn provider(
             .unwrap_or(duration);
         let unused = |k: &str, present: bool| {
             check(!present, || {
-                format!("{}: does not apply to behaviour {:?}", pf(k), ph.behaviour)
+                invalid(
+                    pf(k),
+                    format!("does not apply to behaviour {:?}", ph.behaviour),
+                )
             })
         };
-        let status = |default: u16| -> Result<u16, String> {
+        let status = |default: u16| -> Result<u16, ScenarioError> {
             let s = ph.status.unwrap_or(default);
             check((400..=599).contains(&s), || {
-                format!("{}: {s} is not an error status (400 to 599)", pf("status"))
+                invalid(
+                    pf("status"),
+                    format!("{s} is not an error status (400 to 599)"),
+                )
             })?;
             Ok(s)
         };
@@ -365,9 +462,9 @@ fn provider(
                 unused("retry_after_s", ph.retry_after_s.is_some())?;
                 let f = ph
                     .factor
-                    .ok_or_else(|| format!("{}: required for \"slow\"", pf("factor")))?;
+                    .ok_or_else(|| invalid(pf("factor"), "required for \"slow\""))?;
                 check(f.is_finite() && f > 0.0 && f <= 1000.0, || {
-                    format!("{}: {f} is out of range (> 0, <= 1000)", pf("factor"))
+                    invalid(pf("factor"), format!("{f} is out of range (> 0, <= 1000)"))
                 })?;
                 Behaviour::Slow(f)
             }
@@ -384,9 +481,9 @@ fn provider(
                 unused("retry_after_s", ph.retry_after_s.is_some())?;
                 let fail = ph
                     .fail
-                    .ok_or_else(|| format!("{}: required for \"flaky\"", pf("fail")))?;
+                    .ok_or_else(|| invalid(pf("fail"), "required for \"flaky\""))?;
                 check((0.0..=1.0).contains(&fail), || {
-                    format!("{}: {fail} is out of range (0 to 1)", pf("fail"))
+                    invalid(pf("fail"), format!("{fail} is out of range (0 to 1)"))
                 })?;
                 Behaviour::Flaky {
                     fail,
@@ -408,9 +505,9 @@ fn provider(
         check(
             ph.servers.is_none() || (p.servers.is_some() && ph.servers >= Some(1)),
             || {
-                format!(
-                    "{}: only a provider with servers can change them (at least 1)",
-                    pf("servers")
+                invalid(
+                    pf("servers"),
+                    "only a provider with servers can change them (at least 1)",
                 )
             },
         )?;
@@ -529,8 +626,8 @@ jitter = 0.1
             })
         );
         assert_eq!(
-            parse(MINIMAL, Size::Full).map(|s| s.conversations),
-            Ok(None)
+            parse(MINIMAL, Size::Full).map(|s| s.conversations).ok(),
+            Some(None)
         );
     }
 
@@ -607,7 +704,10 @@ jitter = 0.1
             ),
         ];
         for (text, want) in cases {
-            let e = parse(&text, Size::Full).err().unwrap_or_default();
+            let e = parse(&text, Size::Full)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(e.contains(want), "{want:?} not in {e:?}");
         }
     }
