@@ -12,16 +12,26 @@
 //! - a **floor**: the lowest value of a steady EWMA ([`STEADY_ALPHA`]; the plain mean of the
 //!   first answers until it has 50), each value raised by `CONFIDENCE / √n` so a lucky
 //!   start does not set it, and rising by [`FLOOR_RISE`] per answer: the candidate's latency
-//!   when nothing queues;
-//! - a **discount** `d`: with excess = level ÷ floor − 1, each answer adds [`GAIN`] ×
+//!   when nothing queues, as this sidecar first saw it;
+//! - a **low envelope**: a streaming estimate of a very low quantile ([`LOW_QUANTILE`]) of the
+//!   answers, which falls by about [`LOW_STEP`] at each answer below it and rises by
+//!   `LOW_STEP × LOW_QUANTILE` at each answer above it: it follows the fastest answers the
+//!   candidate gives now, so every sidecar that sees its queue drain, whenever it first met
+//!   it, pulls it down to about half the idle median; times the ratio level ÷ envelope of a
+//!   candidate that does not queue ([`LOW_RATIO`] for the log-normal jitter σ = 0.25 it was
+//!   measured at, scaled to the candidate's own jitter, the standard deviation of its
+//!   log-latency over about 50 answers: [`LOW_Z`]) it is a second estimate of the idle
+//!   latency;
+//! - a **reference**: the lower of the floor and that estimate;
+//! - a **discount** `d`: with excess = level ÷ reference − 1, each answer adds [`GAIN`] ×
 //!   (excess − [`TARGET`]) when the excess is above the target, or takes off [`RELIEF`] ×
 //!   (TARGET − excess) when below; `d` stays in `[0, MAX_DISCOUNT]`. An excess above
-//!   [`SLOWER`] (twice the floor) leaves `d` alone: that is a provider that became slower
+//!   [`SLOWER`] (twice the reference) leaves `d` alone: that is a provider that became slower
 //!   (the latency ranking deals with it), not a queue our shares should settle against.
 //!
 //! The selector multiplies the candidate's weight by `e^-d`. The discount moves a little per
 //! answer, so shares drift towards the point where the loaded candidates queue about
-//! [`TARGET`] above their floor instead of jumping with every sample: integral action, which
+//! [`TARGET`] above their reference instead of jumping with every sample: integral action, which
 //! a fleet reacting to the same queues with a delay needs to stay stable, and it is what
 //! makes each sidecar weigh a provider by the latency *more* traffic would get there rather
 //! than by the average it gets now. A candidate whose latency does not grow with load (a
@@ -49,7 +59,39 @@ pub const CONFIDENCE: f64 = 0.25;
 /// eventually measured from its new floor: ×2 after about 3 500 answers).
 pub const FLOOR_RISE: f64 = 0.0002;
 
-/// Queueing above the floor (as a fraction of it) the discount steers towards.
+/// Quantile the low envelope tracks: in equilibrium this fraction of answers is below it.
+pub const LOW_QUANTILE: f64 = 0.004;
+
+/// Step of the low envelope per answer (relative): it falls by `LOW_STEP × (1 − LOW_QUANTILE)`
+/// at an answer below it and rises by `LOW_STEP × LOW_QUANTILE` (0.02%) at one above it.
+pub const LOW_STEP: f64 = 0.05;
+
+/// Larger steps while the envelope is young: the step of the `n`-th answer is at least
+/// `LOW_START / n`, so the first answers bring it near its quantile quickly.
+pub const LOW_START: f64 = 0.5;
+
+/// Level ÷ low envelope of a candidate that does not queue, with the log-normal jitter
+/// (σ = 0.25) of `sturnus simulate`'s providers: the envelope sits at the 0.4% quantile,
+/// e^(−2.65 σ) ≈ 0.515 of the median, and the level at about the mean, e^(σ²/2) ≈ 1.03 of
+/// it; measured on a long stream of such answers (the unit test below checks it).
+pub const LOW_RATIO: f64 = 1.945;
+
+/// Log-normal jitter σ at which [`LOW_RATIO`] was measured.
+pub const LOW_RATIO_JITTER: f64 = 0.25;
+
+/// How many standard deviations of the log-latency the envelope sits below the median (the
+/// normal 0.4% quantile): with a measured jitter σ the ratio becomes `LOW_RATIO ×
+/// e^(g(σ) − g(0.25))`, g(σ) = σ²/2 + LOW_Z σ, so a candidate that is simply more erratic
+/// does not read as queued.
+pub const LOW_Z: f64 = 2.65;
+
+/// Smoothing of the log-latency mean and variance that measure the jitter (per answer).
+pub const SPREAD_ALPHA: f64 = 0.02;
+
+/// Range the measured jitter σ is kept in.
+pub const JITTER_RANGE: (f64, f64) = (0.1, 0.6);
+
+/// Queueing above the reference (as a fraction of it) the discount steers towards.
 pub const TARGET: f64 = 0.15;
 
 /// Discount added per answer per unit of excess above [`TARGET`].
@@ -77,6 +119,11 @@ pub(crate) struct Congestion {
     /// Successful answers folded in, per mode.
     answers: [AtomicU64; 2],
     floor: [AtomicU64; 2],
+    /// Low envelope of the answers (see [`LOW_QUANTILE`]), per mode.
+    low: [AtomicU64; 2],
+    /// EWMA of the log-latency, and of its squared deviation (the jitter σ²), per mode.
+    log_mean: [AtomicU64; 2],
+    log_var: [AtomicU64; 2],
     discount: [AtomicU64; 2],
     /// Latest latency sample per mode, until its outcome says whether it was a success.
     last: [AtomicU64; 2],
@@ -93,6 +140,9 @@ impl Default for Congestion {
             steady: empty(),
             answers: [AtomicU64::new(0), AtomicU64::new(0)],
             floor: empty(),
+            low: empty(),
+            log_mean: empty(),
+            log_var: empty(),
             discount: [AtomicU64::new(0), AtomicU64::new(0)],
             last: empty(),
             last_mode: AtomicU64::new(0),
@@ -117,6 +167,13 @@ fn update(cell: &AtomicU64, f: impl Fn(Option<f64>) -> f64) -> f64 {
         Some(out.to_bits())
     });
     out
+}
+
+/// Level ÷ low envelope of a candidate that does not queue, for log-normal jitter `sigma`.
+fn low_ratio(sigma: f64) -> f64 {
+    let g = |s: f64| s * s / 2.0 + LOW_Z * s;
+    let sigma = sigma.clamp(JITTER_RANGE.0, JITTER_RANGE.1);
+    LOW_RATIO * (g(sigma) - g(LOW_RATIO_JITTER)).exp()
 }
 
 fn ewma(old: Option<f64>, sample: f64, alpha: f64) -> f64 {
@@ -150,6 +207,24 @@ impl Congestion {
         let first = 1.0 / n as f64;
         let slow = update(&self.slow[i], |o| ewma(o, x, SLOW_ALPHA.max(first)));
         let steady = update(&self.steady[i], |o| ewma(o, x, STEADY_ALPHA.max(first)));
+        let step = LOW_STEP.max(LOW_START * first);
+        let low = update(&self.low[i], |o| {
+            o.map_or(x, |q| {
+                let below = if x < q { 1.0 } else { 0.0 };
+                q * (1.0 + step * (LOW_QUANTILE - below))
+            })
+        });
+        let lx = x.max(1.0).ln();
+        let mean = update(&self.log_mean[i], |o| ewma(o, lx, SPREAD_ALPHA.max(first)));
+        // The variance starts at the calibration jitter's, a prior that fades over ~50 answers.
+        let var = update(&self.log_var[i], |o| {
+            let prior = LOW_RATIO_JITTER * LOW_RATIO_JITTER;
+            ewma(
+                Some(o.unwrap_or(prior)),
+                (lx - mean) * (lx - mean),
+                SPREAD_ALPHA,
+            )
+        });
         if n < WARM_ANSWERS {
             return;
         }
@@ -159,8 +234,9 @@ impl Congestion {
             o.map_or(candidate, |f| candidate.min(f * (1.0 + FLOOR_RISE)))
         });
         let level = fast.min(slow);
-        let excess = if floor > 0.0 {
-            level / floor - 1.0
+        let reference = floor.min(low * low_ratio(var.sqrt()));
+        let excess = if reference > 0.0 {
+            level / reference - 1.0
         } else {
             0.0
         };
@@ -186,6 +262,7 @@ impl Congestion {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routing::rng::{RngSource, SplitMix64};
 
     const NS: Mode = Mode::NonStreaming;
 
@@ -233,6 +310,103 @@ mod tests {
             answer(&c, 2_000_000.0);
         }
         assert!(c.discount(NS) <= d + 0.5, "{}", c.discount(NS));
+    }
+
+    /// `n` answers log-normal around `median` µs with σ = 0.25 (the simulator's jitter).
+    fn jittered(rng: &mut SplitMix64, median: f64) -> f64 {
+        // Box-Muller: one standard normal draw from two uniforms.
+        let u = rng.next_f64().max(f64::MIN_POSITIVE);
+        let v = rng.next_f64();
+        let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
+        median * (0.25 * z).exp()
+    }
+
+    fn level_and_low(c: &Congestion) -> (f64, f64) {
+        let i = NS.slot();
+        let level = load(&c.fast[i])
+            .unwrap_or(0.0)
+            .min(load(&c.slow[i]).unwrap_or(0.0));
+        (level, load(&c.low[i]).unwrap_or(0.0))
+    }
+
+    #[test]
+    fn an_unqueued_candidate_reads_its_idle_latency_from_the_envelope() {
+        let c = Congestion::default();
+        let mut rng = SplitMix64::new(7);
+        let (mut ratio, mut d, mut count) = (0.0, 0.0, 0.0);
+        for i in 0..20_000 {
+            answer(&c, jittered(&mut rng, 200_000.0));
+            if i >= 2_000 {
+                let (level, low) = level_and_low(&c);
+                ratio += level / (low * LOW_RATIO);
+                d += c.discount(NS);
+                count += 1.0;
+            }
+        }
+        // On average the envelope times LOW_RATIO is the level: no excess, no discount.
+        let ratio = ratio / count;
+        assert!((ratio - 1.0).abs() < 0.03, "{ratio}");
+        let d = d / count;
+        assert!(d < 0.05, "{d}");
+        // The envelope sits near the 0.4% quantile, e^(-2.65 x 0.25) of the median.
+        let (_, low) = level_and_low(&c);
+        assert!((low / 200_000.0 - 0.515).abs() < 0.08, "{low}");
+    }
+
+    #[test]
+    fn a_more_erratic_candidate_does_not_read_as_queued() {
+        // Jitter σ = 0.35 instead of 0.25: the envelope sits further below the level, and the
+        // measured jitter scales the ratio so that no discount builds up.
+        let c = Congestion::default();
+        let mut rng = SplitMix64::new(5);
+        let mut d = 0.0;
+        for i in 0..20_000 {
+            let z = jittered(&mut rng, 1.0).ln() / 0.25;
+            answer(&c, 200_000.0 * (0.35 * z).exp());
+            if i >= 2_000 {
+                d += c.discount(NS);
+            }
+        }
+        let d = d / 18_000.0;
+        assert!(d < 0.05, "{d}");
+        let sigma = load(&c.log_var[NS.slot()]).unwrap_or(0.0).sqrt();
+        assert!((sigma - 0.35).abs() < 0.05, "{sigma}");
+        // With the ratio fixed at σ = 0.25's the same answers would read about 35% queued.
+        let (level, low) = level_and_low(&c);
+        assert!(level / (low * LOW_RATIO) - 1.0 > TARGET, "{level} {low}");
+    }
+
+    #[test]
+    fn the_envelope_finds_a_queue_the_floor_learned_too_late() {
+        let c = Congestion::default();
+        let mut rng = SplitMix64::new(11);
+        // First met while already queued: a steady 130 ms wait before an idle 200 ms answer.
+        let queued = |rng: &mut SplitMix64| 130_000.0 + jittered(rng, 200_000.0);
+        for _ in 0..200 {
+            answer(&c, queued(&mut rng));
+        }
+        // The queue drains now and then: one answer in ten does not wait.
+        for i in 0..1_000 {
+            let x = if i % 10 == 0 {
+                jittered(&mut rng, 200_000.0)
+            } else {
+                queued(&mut rng)
+            };
+            answer(&c, x);
+        }
+        // The floor alone still sees no queue...
+        let (level, low) = level_and_low(&c);
+        let floor = load(&c.floor[NS.slot()]).unwrap_or(0.0);
+        let sigma = load(&c.log_var[NS.slot()]).unwrap_or(0.0).sqrt();
+        let idle = low * low_ratio(sigma);
+        assert!(
+            level / floor - 1.0 < TARGET,
+            "{level} {floor} {idle} {sigma} {}",
+            c.discount(NS)
+        );
+        // ...the envelope does: it finds answers that did not wait, and the discount grows.
+        assert!(idle < 0.85 * floor, "{idle} {floor}");
+        assert!(c.discount(NS) > 1.0, "{}", c.discount(NS));
     }
 
     #[test]
