@@ -89,20 +89,18 @@ pub fn writes_json() -> bool {
     WRITES_JSON.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// One JSON log line: the fixed fields, then `fields`' own fields at the same level.
-#[derive(Serialize)]
+/// One JSON log line: the fixed fields, then `fields`' own fields at the same level, written
+/// by [`flat_json`](super::flat_json).
 pub struct JsonLine<'a, F> {
     /// When: UTC, RFC 3339, milliseconds ([`super::timestamp::now`]).
     pub timestamp: &'a str,
     /// The level (`INFO`, `WARN`, ...).
-    #[serde(serialize_with = "level_name")]
     pub level: log::Level,
     /// The `log` target.
     pub target: &'a str,
     /// The message.
     pub message: &'a str,
-    /// The line's own fields, written after the fixed ones.
-    #[serde(flatten)]
+    /// The line's own fields (a struct or map of flat values), written after the fixed ones.
     pub fields: F,
 }
 
@@ -115,14 +113,20 @@ impl<F: Serialize> JsonLine<'_, F> {
     }
 
     /// Appends the line without its newline to `out`; `false` (and `out` as it was) if a field
-    /// cannot be written as JSON.
+    /// cannot be written as a flat JSON value.
     pub fn append_to(&self, out: &mut Vec<u8>) -> bool {
         let start = out.len();
-        let written = self.serialize(&mut serde_json::Serializer::new(Appender(out)));
-        if written.is_err() {
+        let mut line = super::flat_json::Object::open(out);
+        let written = line.field("timestamp", self.timestamp).is_ok()
+            && line.field("level", self.level.as_str()).is_ok()
+            && line.field("target", self.target).is_ok()
+            && line.field("message", self.message).is_ok()
+            && line.fields(&self.fields).is_ok();
+        line.close();
+        if !written {
             out.truncate(start);
         }
-        written.is_ok()
+        written
     }
 
     /// Writes the line to stdout; `batch` as in [`super::log_sink::write_line`]. The line is
@@ -150,36 +154,6 @@ thread_local! {
     /// This thread's buffer for the line being written (see [`JsonLine::write`]).
     static LINE: std::cell::RefCell<Vec<u8>> =
         std::cell::RefCell::new(Vec::with_capacity(LINE_CAPACITY));
-}
-
-/// serde_json's output: appends to a `Vec`, one-byte pieces (quotes, commas, colons: most of
-/// what serde_json writes) with a push instead of a copy call.
-struct Appender<'a>(&'a mut Vec<u8>);
-
-impl std::io::Write for Appender<'_> {
-    #[inline]
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.write_all(buf)?;
-        Ok(buf.len())
-    }
-
-    #[inline]
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        match buf {
-            [byte] => self.0.push(*byte),
-            _ => self.0.extend_from_slice(buf),
-        }
-        Ok(())
-    }
-
-    #[inline]
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn level_name<S: Serializer>(level: &log::Level, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(level.as_str())
 }
 
 /// A number as JSON in the text `f64`'s `Display` gives (`20`, `12.345`); `null` when not
