@@ -2,15 +2,22 @@
 //! numbers, booleans, `null`s or unit enum variants, written straight into a byte buffer in the
 //! bytes serde_json writes for the same value.
 //!
-//! It exists for cost: serde_json inspects every byte of every key and string one at a time for
-//! a character to escape, and reaches a flattened struct's fields through four calls each; that
-//! was most of the instructions of an access line. Here a string is checked 8 bytes at a time
-//! and copied whole when nothing in it needs escaping (ids, names, paths: nearly always); a
-//! string that does is handed to serde_json, and so are numbers. A value that is not flat (a
-//! sequence, a nested map, a newtype variant) is refused with [`Error::NotFlat`].
+//! It exists for cost (an access line per request): serde_json inspects every byte of every key
+//! and string one at a time for a character to escape, and reaches a flattened struct's fields
+//! through four calls each. Here
+//! - a string is checked 8 bytes at a time and copied whole when nothing in it needs escaping
+//!   (ids, names, paths: nearly always); one that does is escaped by serde_json;
+//! - a field name is quoted once per thread and position (`KeyCache`): the next line of the
+//!   same shape copies `,"name":` as it is;
+//! - a number of milliseconds to the microsecond (`182.411`) is written directly, any other
+//!   number by serde_json.
+//!
+//! A value that is not flat (a sequence, a nested map, a newtype variant) is refused with
+//! [`Error::NotFlat`].
 
 use serde::ser::{self, Impossible, Serialize, Serializer};
 use std::fmt;
+use std::ops::Range;
 
 /// Why a value could not be written.
 #[derive(Debug)]
@@ -101,27 +108,111 @@ fn push_escaped(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
     Ok(serde_json::to_writer(out, text)?)
 }
 
+/// Appends `value` as serde_json writes it: the shortest text that reads back as the same
+/// `f64`. A number below [`SHORT_DECIMAL_LIMIT`] that is a whole number of thousandths but not
+/// a whole number (a duration in milliseconds, to the microsecond) is written here: its
+/// shortest text is its integer part, a dot and its one to three decimals. Anything else is
+/// written by serde_json.
+fn push_f64(out: &mut Vec<u8>, value: f64) -> Result<(), Error> {
+    let magnitude = value.abs();
+    if magnitude < SHORT_DECIMAL_LIMIT {
+        // Rounded to the nearest thousandth with a cast, not `f64::round` (a library call).
+        // (Signed: an `f64` converts to and from `i64` in one instruction, `u64` takes more.)
+        let thousandths = (magnitude * 1000.0 + 0.5) as i64;
+        if thousandths % 1000 != 0 && thousandths as f64 / 1000.0 == magnitude {
+            push_thousandths(out, value < 0.0, thousandths.unsigned_abs());
+            return Ok(());
+        }
+    }
+    push_json(out, &value)
+}
+
+/// Below this magnitude two `f64`s are closer than 0.001 apart, so no shorter text than its
+/// decimals reads back as a number with three decimals or fewer.
+const SHORT_DECIMAL_LIMIT: f64 = 1e12;
+
+/// Writes `thousandths` / 1000 (not a whole number) as decimal text, `-` first if `negative`.
+fn push_thousandths(out: &mut Vec<u8>, negative: bool, thousandths: u64) {
+    let mut text = [0u8; 24];
+    let mut at = text.len();
+    let mut rest = thousandths;
+    let mut decimals = 3;
+    while rest % 10 == 0 {
+        rest /= 10;
+        decimals -= 1;
+    }
+    for _ in 0..decimals {
+        at -= 1;
+        text[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    at -= 1;
+    text[at] = b'.';
+    loop {
+        at -= 1;
+        text[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if negative {
+        at -= 1;
+        text[at] = b'-';
+    }
+    out.extend_from_slice(&text[at..]);
+}
+
 /// Appends a number (or anything else serde_json writes as a scalar) as serde_json writes it.
 fn push_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), Error> {
     Ok(serde_json::to_writer(out, value)?)
 }
 
+/// Where JSON objects are written, kept from one to the next: their bytes, and the field names
+/// already quoted (`KeyCache`).
+#[derive(Default)]
+pub struct Buffer {
+    /// The bytes written so far.
+    pub bytes: Vec<u8>,
+    keys: KeyCache,
+}
+
+impl Buffer {
+    /// An empty buffer with room for `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Buffer {
+            bytes: Vec::with_capacity(capacity),
+            keys: KeyCache::default(),
+        }
+    }
+}
+
 /// A JSON object being written, field by field.
 pub struct Object<'a> {
     out: &'a mut Vec<u8>,
-    first: bool,
+    keys: &'a mut KeyCache,
+    /// How many fields were written.
+    fields: usize,
 }
 
 impl<'a> Object<'a> {
-    /// Starts an object at the end of `out`.
-    pub fn open(out: &'a mut Vec<u8>) -> Self {
-        out.push(b'{');
-        Object { out, first: true }
+    /// Starts an object at the end of `buffer`.
+    pub fn open(buffer: &'a mut Buffer) -> Self {
+        buffer.bytes.push(b'{');
+        Object {
+            out: &mut buffer.bytes,
+            keys: &mut buffer.keys,
+            fields: 0,
+        }
     }
 
     /// Adds the field `key`, whose value must be flat.
-    pub fn field<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), Error> {
-        self.key(key)?;
+    pub fn field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.static_key(key)?;
         value.serialize(Scalar { out: self.out })
     }
 
@@ -135,14 +226,81 @@ impl<'a> Object<'a> {
         self.out.push(b'}');
     }
 
-    /// Writes the separator, if any, and the key with its colon.
+    /// Writes the separator, if any, and `key` with its quotes and colon.
     fn key(&mut self, key: &str) -> Result<(), Error> {
-        if !std::mem::take(&mut self.first) {
+        if self.fields > 0 {
             self.out.push(b',');
         }
+        self.fields += 1;
         push_str(self.out, key)?;
         self.out.push(b':');
         Ok(())
+    }
+
+    /// As [`Object::key`], for a key known when the program was built (a field name): copied
+    /// from the `KeyCache` when the object before had the same key at this position.
+    #[inline]
+    fn static_key(&mut self, key: &'static str) -> Result<(), Error> {
+        match self.keys.get(self.fields, key) {
+            Some(text) => {
+                self.out.extend_from_slice(text);
+                self.fields += 1;
+                Ok(())
+            }
+            None => self.new_static_key(key),
+        }
+    }
+
+    /// [`Object::static_key`] for a key not cached at this position: written and cached.
+    #[cold]
+    fn new_static_key(&mut self, key: &'static str) -> Result<(), Error> {
+        let (at, start) = (self.fields, self.out.len());
+        self.key(key)?;
+        self.keys.set(at, key, &self.out[start..]);
+        Ok(())
+    }
+}
+
+/// The keys of the last object written into a [`Buffer`], by position, with their punctuation
+/// (`,"key":`): an object with the same fields in the same order (every access line) copies
+/// each key from here instead of checking and quoting it again. Only keys known when the
+/// program was built (`&'static str`) are kept, so the same address and length always mean
+/// the same text.
+#[derive(Default)]
+struct KeyCache {
+    /// The key at each position, and where its written text is in `text`.
+    keys: Vec<(&'static str, Range<usize>)>,
+    text: Vec<u8>,
+}
+
+/// Past this many bytes of key text (objects of ever new shapes), the cache starts over.
+const KEY_CACHE_BYTES: usize = 4096;
+
+impl KeyCache {
+    /// The text of `key` at position `at`, if it is the key cached there.
+    #[inline]
+    fn get(&self, at: usize, key: &'static str) -> Option<&[u8]> {
+        let (cached, range) = self.keys.get(at)?;
+        if !std::ptr::eq(*cached, key) {
+            return None;
+        }
+        self.text.get(range.clone())
+    }
+
+    /// Caches `text`, as written, for `key` at position `at`.
+    fn set(&mut self, at: usize, key: &'static str, text: &[u8]) {
+        if self.text.len() + text.len() > KEY_CACHE_BYTES {
+            self.keys.clear();
+            self.text.clear();
+        }
+        if at > self.keys.len() {
+            // The positions before it are not cached.
+            return;
+        }
+        let range = self.text.len()..self.text.len() + text.len();
+        self.text.extend_from_slice(text);
+        self.keys.truncate(at);
+        self.keys.push((key, range));
     }
 }
 
@@ -357,7 +515,7 @@ impl Serializer for Scalar<'_> {
         push_json(self.out, &v)
     }
     fn serialize_f64(self, v: f64) -> Result<(), Error> {
-        push_json(self.out, &v)
+        push_f64(self.out, v)
     }
     fn serialize_char(self, v: char) -> Result<(), Error> {
         push_str(self.out, v.encode_utf8(&mut [0; 4]))
@@ -422,11 +580,11 @@ mod tests {
 
     /// `value`'s fields as one object.
     fn flat(value: &impl Serialize) -> Result<String, Error> {
-        let mut out = Vec::new();
-        let mut object = Object::open(&mut out);
+        let mut buffer = Buffer::default();
+        let mut object = Object::open(&mut buffer);
         object.fields(value)?;
         object.close();
-        Ok(String::from_utf8(out).unwrap())
+        Ok(String::from_utf8(buffer.bytes).unwrap())
     }
 
     #[derive(Serialize)]
@@ -527,8 +685,116 @@ mod tests {
         assert!(matches!(flat(&number_key), Err(Error::NotFlat)));
     }
 
+    /// Field names, some of which need escaping.
+    const NAMES: [&str; 6] = ["a", "timestamp", "q\"uote", "request_id", "tab\t", "b"];
+
+    /// An object of the `NAMES` at `picks`, each with its position as the value, as
+    /// [`Object::field`] writes it into `buffer` (kept from object to object) and as serde_json
+    /// writes each key and value.
+    fn object_of(buffer: &mut Buffer, picks: &[usize]) -> (String, String) {
+        buffer.bytes.clear();
+        let mut object = Object::open(buffer);
+        for (value, &name) in picks.iter().enumerate() {
+            object.field(NAMES[name], &value).unwrap();
+        }
+        object.close();
+        let ours = String::from_utf8(buffer.bytes.clone()).unwrap();
+        let fields: Vec<String> = picks
+            .iter()
+            .enumerate()
+            .map(|(value, &name)| {
+                format!("{}:{value}", serde_json::to_string(NAMES[name]).unwrap())
+            })
+            .collect();
+        (ours, format!("{{{}}}", fields.join(",")))
+    }
+
+    #[test]
+    fn cached_keys_read_as_written_whatever_the_object_before() {
+        let mut buffer = Buffer::default();
+        for picks in [
+            vec![0, 1, 2],
+            vec![0, 1, 2],
+            vec![1, 0],
+            vec![0, 1, 2, 3, 4, 5],
+            vec![],
+            vec![2],
+            vec![0, 1, 2, 3, 4, 5],
+        ] {
+            let (ours, expected) = object_of(&mut buffer, &picks);
+            assert_eq!(ours, expected);
+        }
+        // Far more key text than the cache keeps.
+        for round in 0..2000 {
+            let picks: Vec<usize> = (0..8).map(|i| (round + i * 7) % NAMES.len()).collect();
+            let (ours, expected) = object_of(&mut buffer, &picks);
+            assert_eq!(ours, expected);
+        }
+    }
+
+    #[test]
+    fn durations_in_milliseconds_read_as_serde_json_writes_them() {
+        for v in [
+            0.001,
+            0.5,
+            1.234,
+            2.345,
+            12.345,
+            999.999,
+            1000.5,
+            182.411,
+            2310.07,
+            -1.5,
+            -0.001,
+            1e12 - 0.5,
+            1e12 + 0.5,
+            0.1 + 0.2,
+            2000.0,
+            0.0,
+            -0.0,
+            1e-7,
+            1e300,
+            f64::NAN,
+        ] {
+            let mut out = Vec::new();
+            push_f64(&mut out, v).unwrap();
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                serde_json::to_string(&v).unwrap()
+            );
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn any_sequence_of_objects_keeps_its_keys(
+            objects in prop::collection::vec(prop::collection::vec(0..NAMES.len(), 0..8), 1..12)
+        ) {
+            let mut buffer = Buffer::default();
+            for picks in objects {
+                let (ours, expected) = object_of(&mut buffer, &picks);
+                prop_assert_eq!(ours, expected);
+            }
+        }
+
+        #[test]
+        fn any_f64_reads_as_serde_json_writes_it(v in any::<f64>()) {
+            let mut out = Vec::new();
+            push_f64(&mut out, v).unwrap();
+            prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&v).unwrap());
+        }
+
+        #[test]
+        fn any_count_of_thousandths_reads_as_serde_json_writes_it(
+            n in 0u64..2_000_000_000_000_000, negative in any::<bool>()
+        ) {
+            let v = n as f64 / 1000.0 * if negative { -1.0 } else { 1.0 };
+            let mut out = Vec::new();
+            push_f64(&mut out, v).unwrap();
+            prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&v).unwrap());
+        }
 
         #[test]
         fn any_string_is_escaped_as_serde_json_escapes_it(key in ".{0,40}", value in any::<String>()) {
