@@ -7,8 +7,9 @@
 //! number text, escapes, nested "model" keys) reaches the provider untouched. A body with two
 //! top-level "model" keys is refused: sturnus and the provider could read different ones.
 //!
-//! The same pass finds the opening messages of a conversation and hashes them into
-//! [`Inspected::conversation_key`], so the turns of one conversation can be kept together.
+//! The same pass finds the opening messages of a conversation; [`Inspected::conversation_key`]
+//! hashes them (on demand: only a later turn is routed by it), so the turns of one conversation
+//! can be kept together.
 
 mod opening;
 mod scan;
@@ -94,12 +95,12 @@ pub struct Inspected {
     pub model: String,
     /// Whether the last top-level "stream" member is the literal `true`.
     pub stream: bool,
-    /// Hash of the conversation's opening messages (the same on every turn of a conversation),
-    /// or `None` for a request that has none (embeddings, a string prompt).
-    pub conversation_key: Option<u64>,
     /// Whether more messages follow the opening ones: a later turn of the conversation, not its
     /// first (always false without a conversation key).
     pub continued: bool,
+    /// Byte range of the conversation's opening messages, if the request has them and was
+    /// inspected for them ([`inspect`]).
+    opening: Option<Range<usize>>,
     /// Byte range of the contents (between the quotes) of the top-level "model" string value.
     model_span: Range<usize>,
 }
@@ -109,7 +110,7 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
     inspect_as::<true>(body)
 }
 
-/// As [`inspect`], without looking for a conversation key (`conversation_key` is `None`): for
+/// As [`inspect`], without looking for a conversation key (`conversation_key` gives `None`): for
 /// routing that does not use it, and the baseline of the key's cost in the benchmark.
 pub fn inspect_unkeyed(body: &[u8]) -> Result<Inspected, BodyError> {
     inspect_as::<false>(body)
@@ -144,8 +145,10 @@ fn inspect_as<const KEY: bool>(body: &[u8]) -> Result<Inspected, BodyError> {
     Ok(Inspected {
         model: model.ok_or(bad)?,
         stream: scan.stream,
-        conversation_key: opening.clone().map(|range| conversation_key(&body[range])),
-        continued: opening.is_some_and(|range| followed_by_element(body, range.end)),
+        continued: opening
+            .as_ref()
+            .is_some_and(|range| followed_by_element(body, range.end)),
+        opening,
         model_span: span,
     })
 }
@@ -180,6 +183,16 @@ pub fn conversation_key(opening: &[u8]) -> u64 {
 }
 
 impl Inspected {
+    /// Hash of the conversation's opening messages (the same on every turn of a conversation),
+    /// or `None` for a request that has none (embeddings, a string prompt) or was inspected
+    /// unkeyed. Computed on each call, for the requests that are routed by it.
+    ///
+    /// `body` must be the exact bytes given to [`inspect`].
+    pub fn conversation_key(&self, body: &[u8]) -> Option<u64> {
+        let opening = body.get(self.opening.clone()?)?;
+        Some(conversation_key(opening))
+    }
+
     /// Byte range of the contents of the top-level "model" string value (one element).
     pub fn model_spans(&self) -> &[Range<usize>] {
         std::slice::from_ref(&self.model_span)

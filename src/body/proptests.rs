@@ -324,12 +324,16 @@ fn top_level_model_keys(bytes: &[u8]) -> usize {
 /// `inspect` must reach the same verdict as serde_json (last duplicate wins) on any bytes.
 fn check_agreement(bytes: &[u8]) -> Result<(), TestCaseError> {
     let ours = inspect(bytes);
-    let unkeyed = ours.clone().map(|i| Inspected {
-        conversation_key: None,
-        continued: false,
-        ..i
-    });
-    prop_assert_eq!(inspect_unkeyed(bytes), unkeyed);
+    let unkeyed = inspect_unkeyed(bytes);
+    prop_assert_eq!(
+        unkeyed
+            .as_ref()
+            .map(|i| (&i.model, i.stream, i.model_spans())),
+        ours.as_ref().map(|i| (&i.model, i.stream, i.model_spans()))
+    );
+    prop_assert!(unkeyed
+        .iter()
+        .all(|i| !i.continued && i.conversation_key(bytes).is_none()));
     let theirs = match serde_json::from_slice::<Value>(bytes) {
         // serde_json rejects floats beyond f64 range (e.g. 1e400); RFC 8259 does not.
         Err(e) if e.to_string().contains("number out of range") => return Ok(()),
@@ -453,21 +457,27 @@ proptest! {
     fn conversation_key_is_the_hash_of_the_opening_messages(c in conversation()) {
         let ins = inspect(c.text.as_bytes())
             .map_err(|e| TestCaseError::fail(format!("rejected: {e}")))?;
-        prop_assert_eq!(ins.conversation_key, Some(conversation_key(c.opening.as_bytes())));
-        let unkeyed = inspect_unkeyed(c.text.as_bytes()).map(|i| i.conversation_key);
+        prop_assert_eq!(
+            ins.conversation_key(c.text.as_bytes()),
+            Some(conversation_key(c.opening.as_bytes()))
+        );
+        let unkeyed = inspect_unkeyed(c.text.as_bytes()).map(|i| i.conversation_key(c.text.as_bytes()));
         prop_assert_eq!(unkeyed, Ok(None));
     }
 
     #[test]
     fn more_turns_keep_the_conversation_key(c in conversation()) {
-        let long = inspect(c.text.as_bytes()).map(|i| i.conversation_key);
-        let short = inspect(c.shorter.as_bytes()).map(|i| i.conversation_key);
+        let long = inspect(c.text.as_bytes()).map(|i| i.conversation_key(c.text.as_bytes()));
+        let short = inspect(c.shorter.as_bytes()).map(|i| i.conversation_key(c.shorter.as_bytes()));
         prop_assert_eq!(long, short);
     }
 
     #[test]
     fn another_opening_gives_another_key(a in conversation(), b in conversation()) {
-        let key = |c: &Conversation| inspect(c.text.as_bytes()).ok().and_then(|i| i.conversation_key);
+        let key = |c: &Conversation| {
+            let body = c.text.as_bytes();
+            inspect(body).ok().and_then(|i| i.conversation_key(body))
+        };
         if a.opening != b.opening {
             prop_assert_ne!(key(&a), key(&b));
         }
@@ -483,7 +493,7 @@ proptest! {
         prop_assert_eq!(&out[..span.start], &body[..span.start]);
         prop_assert_eq!(&out[span.start + width..], &body[span.end..]);
         let again = inspect(&out).map_err(|e| TestCaseError::fail(format!("spliced: {e}")))?;
-        prop_assert_eq!(again.conversation_key, ins.conversation_key);
+        prop_assert_eq!(again.conversation_key(&out), ins.conversation_key(body));
         prop_assert_eq!(again.model, new_model);
     }
 }

@@ -382,7 +382,7 @@ fn unicode_outside_ascii_is_allowed_in_strings() {
 
 /// The conversation key of `body`, which must be accepted.
 fn key(body: &str) -> Option<u64> {
-    ok(body).conversation_key
+    ok(body).conversation_key(body.as_bytes())
 }
 
 /// The key of a conversation whose opening messages are exactly `opening`.

@@ -6,6 +6,7 @@
 //! numbers and the path are logged: never a header value, a query string, a key or any request
 //! or response content.
 
+use super::flat_json::Buffer;
 use super::logger::{JsonLine, Number};
 use serde::{Serialize, Serializer};
 
@@ -113,7 +114,7 @@ impl AccessRecord<'_> {
 
     /// [`AccessRecord::to_json_line`] appended to `out` (a buffer kept from line to line, as
     /// [`AccessRecord::log`] keeps one per thread); `false` if it could not be written.
-    pub fn append_json_line(&self, out: &mut Vec<u8>) -> bool {
+    pub fn append_json_line(&self, out: &mut Buffer) -> bool {
         let now = super::timestamp::now();
         self.json_line(now.as_str()).append_to(out)
     }

@@ -5,6 +5,7 @@
 //! when stdout is not a terminal and readable text when it is. Logs go to stdout. A JSON line is
 //! `{"timestamp","level","target","message", ...}` with each `log` key-value as its own field.
 
+use super::flat_json::{Buffer, Object};
 use log::kv::{self, Key, Value, VisitSource, VisitValue};
 use log::Record;
 use serde::ser::{SerializeMap, Serializer};
@@ -89,97 +90,71 @@ pub fn writes_json() -> bool {
     WRITES_JSON.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// One JSON log line: the fixed fields, then `fields`' own fields at the same level.
-#[derive(Serialize)]
+/// One JSON log line: the fixed fields, then `fields`' own fields at the same level, written
+/// by [`flat_json`](super::flat_json).
 pub struct JsonLine<'a, F> {
     /// When: UTC, RFC 3339, milliseconds ([`super::timestamp::now`]).
     pub timestamp: &'a str,
     /// The level (`INFO`, `WARN`, ...).
-    #[serde(serialize_with = "level_name")]
     pub level: log::Level,
     /// The `log` target.
     pub target: &'a str,
     /// The message.
     pub message: &'a str,
-    /// The line's own fields, written after the fixed ones.
-    #[serde(flatten)]
+    /// The line's own fields (a struct or map of flat values), written after the fixed ones.
     pub fields: F,
 }
 
 impl<F: Serialize> JsonLine<'_, F> {
     /// The line without its newline (empty if a field cannot be written as JSON).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut line = Vec::with_capacity(LINE_CAPACITY);
+        let mut line = Buffer::with_capacity(LINE_CAPACITY);
         self.append_to(&mut line);
-        line
+        line.bytes
     }
 
-    /// Appends the line without its newline to `out`; `false` (and `out` as it was) if a field
-    /// cannot be written as JSON.
-    pub fn append_to(&self, out: &mut Vec<u8>) -> bool {
-        let start = out.len();
-        let written = self.serialize(&mut serde_json::Serializer::new(Appender(out)));
-        if written.is_err() {
-            out.truncate(start);
+    /// Appends the line without its newline to `out`; `false` (and `out`'s bytes as they were)
+    /// if a field cannot be written as a flat JSON value.
+    pub fn append_to(&self, out: &mut Buffer) -> bool {
+        let start = out.bytes.len();
+        let mut line = Object::open(out);
+        let written = line.field("timestamp", self.timestamp).is_ok()
+            && line.field("level", self.level.as_str()).is_ok()
+            && line.field("target", self.target).is_ok()
+            && line.field("message", self.message).is_ok()
+            && line.fields(&self.fields).is_ok();
+        line.close();
+        if !written {
+            out.bytes.truncate(start);
         }
-        written.is_ok()
+        written
     }
 
     /// Writes the line to stdout; `batch` as in [`super::log_sink::write_line`]. The line is
     /// built in a buffer this thread keeps, so writing one allocates nothing.
     pub fn write(&self, batch: bool) {
-        let write_in = |line: &mut Vec<u8>| {
-            line.clear();
+        let write_in = |line: &mut Buffer| {
+            line.bytes.clear();
             if self.append_to(line) {
-                line.push(b'\n');
-                super::log_sink::write_line(line, batch);
+                line.bytes.push(b'\n');
+                super::log_sink::write_line(&line.bytes, batch);
             }
-            line.shrink_to(LINE_CAPACITY);
+            line.bytes.shrink_to(LINE_CAPACITY);
         };
         // The thread's buffer is gone while the thread ends, and busy if writing a line logs.
         let done = LINE
             .try_with(|cell| cell.try_borrow_mut().map(|mut line| write_in(&mut line)))
             .is_ok_and(|written| written.is_ok());
         if !done {
-            write_in(&mut Vec::with_capacity(LINE_CAPACITY));
+            write_in(&mut Buffer::with_capacity(LINE_CAPACITY));
         }
     }
 }
 
 thread_local! {
     /// This thread's buffer for the line being written (see [`JsonLine::write`]).
-    static LINE: std::cell::RefCell<Vec<u8>> =
-        std::cell::RefCell::new(Vec::with_capacity(LINE_CAPACITY));
-}
-
-/// serde_json's output: appends to a `Vec`, one-byte pieces (quotes, commas, colons: most of
-/// what serde_json writes) with a push instead of a copy call.
-struct Appender<'a>(&'a mut Vec<u8>);
-
-impl std::io::Write for Appender<'_> {
-    #[inline]
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.write_all(buf)?;
-        Ok(buf.len())
-    }
-
-    #[inline]
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        match buf {
-            [byte] => self.0.push(*byte),
-            _ => self.0.extend_from_slice(buf),
-        }
-        Ok(())
-    }
-
-    #[inline]
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn level_name<S: Serializer>(level: &log::Level, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(level.as_str())
+    static LINE: std::cell::RefCell<Buffer> =
+        std::cell::RefCell::new(Buffer::with_capacity(LINE_CAPACITY));
 }
 
 /// A number as JSON in the text `f64`'s `Display` gives (`20`, `12.345`); `null` when not
@@ -195,7 +170,7 @@ impl Serialize for Number {
         let v = self.0;
         if !v.is_finite() {
             s.serialize_none()
-        } else if v.fract() == 0.0 && v.abs() < WHOLE_LIMIT {
+        } else if v.abs() < WHOLE_LIMIT && (v as i64) as f64 == v {
             s.serialize_i64(v as i64)
         } else {
             s.serialize_f64(v)

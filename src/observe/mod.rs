@@ -4,11 +4,13 @@
 //! - [`access_log`]: one structured line per request.
 //! - [`trace`]: W3C `traceparent`/`tracestate` propagation and `x-request-id`.
 //! - [`logger`]: the `env_logger` setup (JSON lines or text).
+//! - [`flat_json`]: the serializer that writes a JSON log line.
 //! - [`log_sink`]: stdout for JSON lines, access lines batched.
 //!
 //! Nothing here does I/O on the request path besides logging; the proxy feeds these rooms.
 
 pub mod access_log;
+pub mod flat_json;
 pub mod log_sink;
 pub mod logger;
 pub mod metrics;

@@ -47,8 +47,8 @@ pub fn routed_suffix(path: &str) -> Option<&'static str> {
 }
 
 /// Validates a request body: its model and stream flag, and with `keyed` (prefix affinity on)
-/// its conversation key, or the 400 answer for anything that is not a JSON object with a
-/// string `model`. Unkeyed, the scan skips the key's hashing altogether.
+/// where its conversation's opening messages are, or the 400 answer for anything that is not a
+/// JSON object with a string `model`. Unkeyed, the scan does not look for the opening.
 pub fn inspect_body(bytes: &[u8], keyed: bool) -> std::result::Result<body::Inspected, ApiError> {
     let inspected = if keyed {
         body::inspect(bytes)
@@ -56,6 +56,17 @@ pub fn inspect_body(bytes: &[u8], keyed: bool) -> std::result::Result<body::Insp
         body::inspect_unkeyed(bytes)
     };
     inspected.map_err(|e| ApiError::invalid_request(e.to_string(), e.param()))
+}
+
+/// The conversation key a request is routed by: a later turn's keeps to its conversation's
+/// candidate, while a first turn (or a one-shot request) has none and follows the shares, so
+/// identical one-shot requests are spread too. The key is hashed only for a later turn.
+fn affinity_key(inspected: &body::Inspected, body: &[u8]) -> Option<u64> {
+    if inspected.continued {
+        inspected.conversation_key(body)
+    } else {
+        None
+    }
 }
 
 /// Validates and routes one request; writes the error answer itself when it cannot be routed.
@@ -126,9 +137,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         .headers
         .get(&super::outcome::AFFINITY_NAME)
         .and_then(|v| v.to_str().ok());
-    // Only a later turn keeps to its conversation's candidate: a first turn (or a one-shot
-    // request) is routed as today, so identical one-shot requests still follow the shares.
-    let conversation = inspected.conversation_key.filter(|_| inspected.continued);
+    let conversation = affinity_key(&inspected, &whole.bytes);
     let choice = alias.choose_keyed(mode, pin, conversation, &app.catalog.params);
     let candidate = &alias.candidates[choice.index];
     let spliced_len = inspected.spliced_len(&whole.bytes, &candidate.model);
@@ -236,6 +245,26 @@ mod tests {
             let bytes = [&b"{\"model\":"[..], &tail].concat();
             check(&bytes)?;
         }
+    }
+
+    #[test]
+    fn only_a_later_turn_is_routed_by_its_conversation_key() {
+        let opening = r#"{"role":"system","content":"Be terse."},{"role":"user","content":"hi"}"#;
+        let first = format!(r#"{{"model":"m","messages":[{opening}]}}"#);
+        let later = format!(
+            r#"{{"model":"m","messages":[{opening},{{"role":"assistant","content":"hello"}},{{"role":"user","content":"more"}}]}}"#
+        );
+        let key = |text: &str, keyed: bool| {
+            let inspected = inspect_body(text.as_bytes(), keyed).unwrap();
+            affinity_key(&inspected, text.as_bytes())
+        };
+        assert_eq!(key(&first, true), None);
+        assert_eq!(
+            key(&later, true),
+            Some(body::conversation_key(opening.as_bytes()))
+        );
+        assert_eq!(key(&later, false), None);
+        assert_eq!(key(r#"{"model":"m","input":"one shot"}"#, true), None);
     }
 
     #[test]

@@ -34,7 +34,9 @@ const SYSTEM: &str = "You are the support assistant of a bicycle shop. Answer br
 fn lands_on(question: &str, share_a: f64, share_b: f64) -> &'static str {
     let body = turn_body(SYSTEM, question, 2);
     let inspected = sturnus::body::inspect(body.as_bytes()).unwrap();
-    let key = inspected.conversation_key.expect("a conversation key");
+    let key = inspected
+        .conversation_key(body.as_bytes())
+        .expect("a conversation key");
     let candidates = [(identity("a/ma"), share_a), (identity("b/mb"), share_b)];
     ["a", "b"][pick_by(key, candidates).unwrap()]
 }
