@@ -318,8 +318,10 @@ pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
 
 /// Scores become raw weights in `out` (same length); returns the weights' sum.
 ///
-/// The back-off rule lives here and nowhere else: a backed-off candidate is [`Stake::Out`],
-/// unless every candidate is backed off, when back-off is ignored rather than routing nowhere.
+/// What a back-off does to the shares is decided here and nowhere else: a backed-off
+/// candidate is [`Stake::Out`], unless every candidate is backed off, when back-off is ignored
+/// rather than routing nowhere. (A pin to a backed-off candidate is not honoured: the pin rule,
+/// in [`choose_keyed_at`].)
 fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> f64 {
     let honour_back_off = scores.iter().any(|s| !s.backed_off());
     let takes_part = |s: Score| !(honour_back_off && s.backed_off());
@@ -1214,6 +1216,28 @@ mod tests {
         // The wall-clock entry points agree: nothing is in the future of the real clock here.
         assert!(choose(&cands, Mode::NonStreaming, None, &p, &mut rng).is_some());
         assert_eq!(shares_for(&cands, Mode::Streaming, &p).len(), 2);
+    }
+
+    #[test]
+    fn with_every_candidate_backed_off_the_pick_follows_the_shares_as_if_none_were() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(8);
+        let cands = vec![stats(Some(100.0), 0), stats(Some(110.0), 0)];
+        cands[0].back_off_until(1_000);
+        cands[1].back_off_until(1_000);
+        let during = shares_for_at(&cands, Mode::NonStreaming, &p, 500);
+        let n = 20_000;
+        let first = (0..n)
+            .filter(|_| {
+                choose_at(&cands, Mode::NonStreaming, None, &p, 500, &mut rng)
+                    .is_some_and(|c| c.index == 0)
+            })
+            .count();
+        let got = first as f64 / n as f64;
+        assert!((got - during[0]).abs() < 0.015, "{got} vs {during:?}");
+        // The same shares as once the back-off is over.
+        assert_eq!(during, shares_for_at(&cands, Mode::NonStreaming, &p, 1_000));
+        assert!(during[1] > 0.1, "{during:?}");
     }
 
     #[test]
