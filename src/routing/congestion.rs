@@ -119,16 +119,18 @@ pub(crate) struct Congestion {
     /// Successful answers folded in, per mode.
     answers: [AtomicU64; 2],
     floor: [AtomicU64; 2],
-    /// Low envelope of the answers (see [`LOW_QUANTILE`]), per mode.
-    low: [AtomicU64; 2],
-    /// EWMA of the log-latency, and of its squared deviation (the jitter σ²), per mode.
-    log_mean: [AtomicU64; 2],
-    log_var: [AtomicU64; 2],
     discount: [AtomicU64; 2],
     /// Latest latency sample per mode, until its outcome says whether it was a success.
     last: [AtomicU64; 2],
     /// Mode slot of the latest sample.
     last_mode: AtomicU64,
+    // The envelope's cells come after the discount, which the selector reads on every pick,
+    // so that they do not move it to another cache line.
+    /// Low envelope of the answers (see [`LOW_QUANTILE`]), per mode.
+    low: [AtomicU64; 2],
+    /// EWMA of the log-latency, and of its squared deviation (the jitter σ²), per mode.
+    log_mean: [AtomicU64; 2],
+    log_var: [AtomicU64; 2],
 }
 
 impl Default for Congestion {
