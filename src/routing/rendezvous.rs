@@ -9,7 +9,7 @@
 //! with the new shares can move.
 
 /// Whether `[routing] prefix_affinity` is on when the config does not say: on, as the
-/// simulator's conversations scenarios show it never losing and winning where the fleet has to
+/// simulator's conversations scenarios show it never losing, whether or not the fleet has to
 /// spread its traffic (docs/routing.md).
 pub const PREFIX_AFFINITY_DEFAULT: bool = true;
 

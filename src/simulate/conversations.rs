@@ -117,7 +117,8 @@ impl Talk {
 #[derive(Debug, Default)]
 pub struct PrefixCache {
     applications: HashMap<u32, Cached>,
-    conversations: HashMap<u64, Cached>,
+    /// Per conversation and turn, the prompt of that turn (everything a later turn starts with).
+    prompts: HashMap<(u64, u32), Cached>,
 }
 
 /// A cached prefix: held from `since` (its first answer) to `until` (the last answer + TTL).
@@ -151,27 +152,26 @@ impl Cached {
 
 impl PrefixCache {
     /// Whether `turn`'s prefix is cached at `now`: its application's system prompt for an
-    /// opening turn, the conversation so far for a later one.
+    /// opening turn; for a later turn, the previous turn's prompt, which only the provider
+    /// that answered that turn holds (an older turn's prompt is a shorter prefix: a miss).
     pub fn hit(&self, turn: &Turn, now: Micros) -> bool {
-        let cached = if turn.number == 0 {
-            self.applications.get(&turn.application)
-        } else {
-            self.conversations.get(&turn.conversation)
+        let cached = match turn.number.checked_sub(1) {
+            None => self.applications.get(&turn.application),
+            Some(previous) => self.prompts.get(&(turn.conversation, previous)),
         };
         cached.is_some_and(|c| c.holds(now))
     }
 
-    /// `turn` was answered at `at`: its system prompt and conversation are cached from then
+    /// `turn` was answered at `at`: its system prompt and its own prompt are cached from then
     /// until `ttl` after their last answer.
     pub fn store(&mut self, turn: &Turn, at: Micros, ttl: Micros) {
         if let Some(fresh) = Cached::answered(self.applications.get_mut(&turn.application), at, ttl)
         {
             self.applications.insert(turn.application, fresh);
         }
-        if let Some(fresh) =
-            Cached::answered(self.conversations.get_mut(&turn.conversation), at, ttl)
-        {
-            self.conversations.insert(turn.conversation, fresh);
+        let prompt = (turn.conversation, turn.number);
+        if let Some(fresh) = Cached::answered(self.prompts.get_mut(&prompt), at, ttl) {
+            self.prompts.insert(prompt, fresh);
         }
     }
 }
@@ -266,14 +266,42 @@ mod tests {
         assert!(cache.hit(&other, 20 * SEC));
         assert!(!cache.hit(&Turn { number: 1, ..other }, 20 * SEC));
         // An answer still on its way neither hides the entry nor shortens it.
-        cache.store(&second, 100 * SEC, ttl);
-        assert!(cache.hit(&second, 50 * SEC));
+        cache.store(&first, 200 * SEC, ttl);
+        assert!(cache.hit(&second, 100 * SEC));
         cache.store(&first, 50 * SEC, ttl);
-        assert!(cache.hit(&second, 400 * SEC));
-        assert!(!cache.hit(&second, 401 * SEC));
-        // After it expired, an answer starts it afresh.
-        cache.store(&second, 500 * SEC, ttl);
-        assert!(!cache.hit(&second, 450 * SEC));
         assert!(cache.hit(&second, 500 * SEC));
+        assert!(!cache.hit(&second, 501 * SEC));
+        // After it expired, an answer starts it afresh.
+        cache.store(&first, 900 * SEC, ttl);
+        assert!(!cache.hit(&second, 850 * SEC));
+        assert!(cache.hit(&second, 900 * SEC));
+    }
+
+    #[test]
+    fn a_later_turn_hits_only_where_the_previous_turn_was_answered() {
+        let ttl = 300 * SEC;
+        let turn = |number| Turn {
+            application: 1,
+            conversation: 9,
+            number,
+        };
+        let (mut here, mut there) = (PrefixCache::default(), PrefixCache::default());
+        here.store(&turn(0), SEC, ttl);
+        there.store(&turn(1), 2 * SEC, ttl);
+        here.store(&turn(2), 3 * SEC, ttl);
+        assert!(
+            here.hit(&turn(3), 4 * SEC),
+            "the previous turn was answered here"
+        );
+        assert!(
+            !there.hit(&turn(3), 4 * SEC),
+            "only an older, shorter prompt is here"
+        );
+        assert!(there.hit(&turn(2), 4 * SEC));
+        assert!(
+            !here.hit(&turn(2), 4 * SEC),
+            "turn 1 was answered elsewhere"
+        );
+        assert!(here.hit(&turn(0), 4 * SEC) && there.hit(&turn(0), 4 * SEC));
     }
 }
