@@ -6,7 +6,7 @@
 //! numbers and the path are logged: never a header value, a query string, a key or any request
 //! or response content.
 
-use super::flat_json::Buffer;
+use super::flat_json::{Buffer, Text};
 use super::logger::{JsonLine, Number};
 use serde::{Serialize, Serializer};
 
@@ -123,8 +123,8 @@ impl AccessRecord<'_> {
         JsonLine {
             timestamp,
             level: log::Level::Info,
-            target: TARGET,
-            message: MESSAGE,
+            target: Text::Fixed(TARGET),
+            message: Text::Fixed(MESSAGE),
             fields: self,
         }
     }

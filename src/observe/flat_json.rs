@@ -8,7 +8,8 @@
 //! - a string is checked 8 bytes at a time and copied whole when nothing in it needs escaping
 //!   (ids, names, paths: nearly always); one that does is escaped by serde_json;
 //! - a field name is quoted once per thread and position (`KeyCache`): the next line of the
-//!   same shape copies `,"name":` as it is;
+//!   same shape copies `,"name":` as it is; so is a field whose value is fixed too ([`Text::Fixed`]:
+//!   a log line's level, target and message), copied as `,"name":"value"`;
 //! - a number of milliseconds to the microsecond (`182.411`) is written directly, any other
 //!   number by serde_json.
 //!
@@ -187,6 +188,26 @@ impl Buffer {
     }
 }
 
+/// A string value of a field: one known when the program was built is written once per thread
+/// and position, with its key ([`Object::text_field`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Text<'a> {
+    /// The same text on every line (a level, a log target, a message).
+    Fixed(&'static str),
+    /// Any other text.
+    Passing(&'a str),
+}
+
+impl Text<'_> {
+    /// The text itself.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Text::Fixed(text) => text,
+            Text::Passing(text) => text,
+        }
+    }
+}
+
 /// A JSON object being written, field by field.
 pub struct Object<'a> {
     out: &'a mut Vec<u8>,
@@ -216,6 +237,32 @@ impl<'a> Object<'a> {
         value.serialize(Scalar { out: self.out })
     }
 
+    /// Adds the field `key` with the string `value`; a [`Text::Fixed`] one is copied whole, key
+    /// and value, from the `KeyCache` when the object before had the same field there.
+    pub fn text_field(&mut self, key: &'static str, value: Text<'_>) -> Result<(), Error> {
+        let Text::Fixed(fixed) = value else {
+            return self.field(key, value.as_str());
+        };
+        match self.keys.get(self.fields, key, Some(fixed)) {
+            Some(text) => {
+                self.out.extend_from_slice(text);
+                self.fields += 1;
+                Ok(())
+            }
+            None => self.new_fixed_field(key, fixed),
+        }
+    }
+
+    /// [`Object::text_field`] for a fixed field not cached at this position: written and cached.
+    #[cold]
+    fn new_fixed_field(&mut self, key: &'static str, value: &'static str) -> Result<(), Error> {
+        let (at, start) = (self.fields, self.out.len());
+        self.key(key)?;
+        push_str(self.out, value)?;
+        self.keys.set(at, key, Some(value), &self.out[start..]);
+        Ok(())
+    }
+
     /// Adds the fields of `value`, a struct or map of flat values, as this object's own.
     pub fn fields<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
         value.serialize(Members(self))
@@ -241,7 +288,7 @@ impl<'a> Object<'a> {
     /// from the `KeyCache` when the object before had the same key at this position.
     #[inline]
     fn static_key(&mut self, key: &'static str) -> Result<(), Error> {
-        match self.keys.get(self.fields, key) {
+        match self.keys.get(self.fields, key, None) {
             Some(text) => {
                 self.out.extend_from_slice(text);
                 self.fields += 1;
@@ -256,20 +303,21 @@ impl<'a> Object<'a> {
     fn new_static_key(&mut self, key: &'static str) -> Result<(), Error> {
         let (at, start) = (self.fields, self.out.len());
         self.key(key)?;
-        self.keys.set(at, key, &self.out[start..]);
+        self.keys.set(at, key, None, &self.out[start..]);
         Ok(())
     }
 }
 
 /// The keys of the last object written into a [`Buffer`], by position, with their punctuation
-/// (`,"key":`): an object with the same fields in the same order (every access line) copies
-/// each key from here instead of checking and quoting it again. Only keys known when the
-/// program was built (`&'static str`) are kept, so the same address and length always mean
-/// the same text.
+/// (`,"key":`), or with their fixed value too (`,"key":"value"`): an object with the same fields
+/// in the same order (every access line) copies each from here instead of checking and quoting
+/// it again. Only texts known when the program was built (`&'static str`) are kept, so the same
+/// address and length always mean the same text.
 #[derive(Default)]
 struct KeyCache {
-    /// The key at each position, and where its written text is in `text`.
-    keys: Vec<(&'static str, Range<usize>)>,
+    /// The key at each position, its fixed value if it has one, and where its written text is
+    /// in `text`.
+    keys: Vec<(&'static str, Option<&'static str>, Range<usize>)>,
     text: Vec<u8>,
 }
 
@@ -277,18 +325,24 @@ struct KeyCache {
 const KEY_CACHE_BYTES: usize = 4096;
 
 impl KeyCache {
-    /// The text of `key` at position `at`, if it is the key cached there.
+    /// The text of `key` (with the fixed `value`, if any) at position `at`, if it is the field
+    /// cached there.
     #[inline]
-    fn get(&self, at: usize, key: &'static str) -> Option<&[u8]> {
-        let (cached, range) = self.keys.get(at)?;
-        if !std::ptr::eq(*cached, key) {
+    fn get(&self, at: usize, key: &'static str, value: Option<&'static str>) -> Option<&[u8]> {
+        let (cached, cached_value, range) = self.keys.get(at)?;
+        let same_value = match (cached_value, value) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::ptr::eq(*a, b),
+            _ => false,
+        };
+        if !std::ptr::eq(*cached, key) || !same_value {
             return None;
         }
         self.text.get(range.clone())
     }
 
-    /// Caches `text`, as written, for `key` at position `at`.
-    fn set(&mut self, at: usize, key: &'static str, text: &[u8]) {
+    /// Caches `text`, as written, for `key` (with its fixed `value`, if any) at position `at`.
+    fn set(&mut self, at: usize, key: &'static str, value: Option<&'static str>, text: &[u8]) {
         if self.text.len() + text.len() > KEY_CACHE_BYTES {
             self.keys.clear();
             self.text.clear();
@@ -300,7 +354,7 @@ impl KeyCache {
         let range = self.text.len()..self.text.len() + text.len();
         self.text.extend_from_slice(text);
         self.keys.truncate(at);
-        self.keys.push((key, range));
+        self.keys.push((key, value, range));
     }
 }
 
@@ -688,24 +742,41 @@ mod tests {
     /// Field names, some of which need escaping.
     const NAMES: [&str; 6] = ["a", "timestamp", "q\"uote", "request_id", "tab\t", "b"];
 
-    /// An object of the `NAMES` at `picks`, each with its position as the value, as
-    /// [`Object::field`] writes it into `buffer` (kept from object to object) and as serde_json
-    /// writes each key and value.
+    /// Fixed values for [`object_of`], some needing escapes.
+    const FIXED: [&str; 5] = ["INFO", "sturnus::access", "q\"uote", "tab\t", ""];
+
+    /// An object of fields `picks`, written by [`Object`] into `buffer` (kept from object to
+    /// object), and as serde_json writes each key and value. A pick below `NAMES.len()` is that
+    /// name with its position as a number; the next `NAMES.len()` picks the name with a
+    /// [`Text::Fixed`] value, the ones after it with the same text as [`Text::Passing`].
     fn object_of(buffer: &mut Buffer, picks: &[usize]) -> (String, String) {
+        let n = NAMES.len();
+        let fixed = |pick: usize| FIXED[pick % FIXED.len()];
         buffer.bytes.clear();
         let mut object = Object::open(buffer);
-        for (value, &name) in picks.iter().enumerate() {
-            object.field(NAMES[name], &value).unwrap();
+        let mut fields = Vec::new();
+        for (position, &pick) in picks.iter().enumerate() {
+            let name = NAMES[pick % n];
+            let value = match pick / n {
+                0 => {
+                    object.field(name, &position).unwrap();
+                    position.to_string()
+                }
+                kind => {
+                    let owned = fixed(pick).to_string();
+                    let text = if kind == 1 {
+                        Text::Fixed(fixed(pick))
+                    } else {
+                        Text::Passing(&owned)
+                    };
+                    object.text_field(name, text).unwrap();
+                    serde_json::to_string(&owned).unwrap()
+                }
+            };
+            fields.push(format!("{}:{value}", serde_json::to_string(name).unwrap()));
         }
         object.close();
         let ours = String::from_utf8(buffer.bytes.clone()).unwrap();
-        let fields: Vec<String> = picks
-            .iter()
-            .enumerate()
-            .map(|(value, &name)| {
-                format!("{}:{value}", serde_json::to_string(NAMES[name]).unwrap())
-            })
-            .collect();
         (ours, format!("{{{}}}", fields.join(",")))
     }
 
@@ -720,13 +791,21 @@ mod tests {
             vec![],
             vec![2],
             vec![0, 1, 2, 3, 4, 5],
+            vec![7, 8, 9, 0],
+            vec![7, 8, 9, 0],
+            vec![13, 14, 15, 0],
+            vec![7, 14, 9, 0],
+            vec![1, 8, 9, 0],
+            vec![7, 8, 9, 0],
         ] {
             let (ours, expected) = object_of(&mut buffer, &picks);
             assert_eq!(ours, expected);
         }
         // Far more key text than the cache keeps.
         for round in 0..2000 {
-            let picks: Vec<usize> = (0..8).map(|i| (round + i * 7) % NAMES.len()).collect();
+            let picks: Vec<usize> = (0..8)
+                .map(|i| (round + i * 7) % (NAMES.len() * 3))
+                .collect();
             let (ours, expected) = object_of(&mut buffer, &picks);
             assert_eq!(ours, expected);
         }
@@ -770,7 +849,7 @@ mod tests {
 
         #[test]
         fn any_sequence_of_objects_keeps_its_keys(
-            objects in prop::collection::vec(prop::collection::vec(0..NAMES.len(), 0..8), 1..12)
+            objects in prop::collection::vec(prop::collection::vec(0..NAMES.len() * 3, 0..8), 1..12)
         ) {
             let mut buffer = Buffer::default();
             for picks in objects {

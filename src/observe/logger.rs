@@ -5,7 +5,7 @@
 //! when stdout is not a terminal and readable text when it is. Logs go to stdout. A JSON line is
 //! `{"timestamp","level","target","message", ...}` with each `log` key-value as its own field.
 
-use super::flat_json::{Buffer, Object};
+use super::flat_json::{Buffer, Object, Text};
 use log::kv::{self, Key, Value, VisitSource, VisitValue};
 use log::Record;
 use serde::ser::{SerializeMap, Serializer};
@@ -98,9 +98,9 @@ pub struct JsonLine<'a, F> {
     /// The level (`INFO`, `WARN`, ...).
     pub level: log::Level,
     /// The `log` target.
-    pub target: &'a str,
+    pub target: Text<'a>,
     /// The message.
-    pub message: &'a str,
+    pub message: Text<'a>,
     /// The line's own fields (a struct or map of flat values), written after the fixed ones.
     pub fields: F,
 }
@@ -119,9 +119,11 @@ impl<F: Serialize> JsonLine<'_, F> {
         let start = out.bytes.len();
         let mut line = Object::open(out);
         let written = line.field("timestamp", self.timestamp).is_ok()
-            && line.field("level", self.level.as_str()).is_ok()
-            && line.field("target", self.target).is_ok()
-            && line.field("message", self.message).is_ok()
+            && line
+                .text_field("level", Text::Fixed(self.level.as_str()))
+                .is_ok()
+            && line.text_field("target", self.target).is_ok()
+            && line.text_field("message", self.message).is_ok()
             && line.fields(&self.fields).is_ok();
         line.close();
         if !written {
@@ -202,8 +204,8 @@ fn record_line<R>(
     f(&JsonLine {
         timestamp,
         level: record.level(),
-        target: record.target(),
-        message,
+        target: Text::Passing(record.target()),
+        message: Text::Passing(message),
         fields: KeyValues(record.key_values()),
     })
 }
