@@ -253,6 +253,8 @@ def checks(result):
     add("time-to-first-chunk overhead p99 vs direct (c=16)",
         paired(result, "ttfc", "ttfc_p99_ms", "sturnus", "direct", difference), "≤ 1.00 ms",
         at_most(1.0), "ms")
+    add("time-to-first-chunk p99, sturnus − pass-through (c=16)",
+        vs_passthrough("ttfc", "ttfc_p99_ms", difference), "≤ 1.00 ms", at_most(1.0), "ms")
     add("idle RSS", mem.get("idle_rss_mb"), "≤ 15 MB", at_most(15), "MB")
     add("peak RSS after all scenarios", mem.get("peak_rss_mb"), "≤ 64 MB", at_most(64), "MB")
     return out
