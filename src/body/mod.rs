@@ -8,7 +8,7 @@
 //! top-level "model" keys is refused: sturnus and the provider could read different ones.
 //!
 //! The same pass finds the opening messages of a conversation; [`Inspected::conversation_key`]
-//! hashes them (on demand: only a later turn is routed by it), so the turns of one conversation
+//! hashes them (on demand: only a request routed by it needs it), so the turns of one conversation
 //! can be kept together.
 
 mod opening;
@@ -98,6 +98,9 @@ pub struct Inspected {
     /// Whether more messages follow the opening ones: a later turn of the conversation, not its
     /// first (always false without a conversation key).
     pub continued: bool,
+    /// Whether the opening starts with a system prompt (`system`/`developer` messages): a
+    /// conversation's first turn, unlike a lone question (always false without a key).
+    pub prompted: bool,
     /// Byte range of the conversation's opening messages, if the request has them and was
     /// inspected for them ([`inspect`]).
     opening: Option<Range<usize>>,
@@ -139,15 +142,17 @@ fn inspect_as<const KEY: bool>(body: &[u8]) -> Result<Inspected, BodyError> {
     } else {
         std::str::from_utf8(raw).ok().map(str::to_owned)
     };
-    let opening = scan
+    let found = scan
         .opening
-        .filter(|range| body.get(range.clone()).is_some());
+        .filter(|found| body.get(found.range.clone()).is_some());
+    let opening = found.as_ref().map(|found| found.range.clone());
     Ok(Inspected {
         model: model.ok_or(bad)?,
         stream: scan.stream,
         continued: opening
             .as_ref()
             .is_some_and(|range| followed_by_element(body, range.end)),
+        prompted: found.is_some_and(|found| found.led),
         opening,
         model_span: span,
     })

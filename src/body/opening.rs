@@ -20,11 +20,24 @@ enum State {
     /// Not inside a message list, or the list seen has no opening.
     #[default]
     Outside,
-    /// Inside the list (at depth 2): where its first message starts, and whether the message
-    /// being scanned is a system one.
-    InList { start: Option<usize>, system: bool },
-    /// The opening messages span these bytes.
-    Found(Range<usize>),
+    /// Inside the list (at depth 2): where its first message starts, whether the message
+    /// being scanned is a system one, and whether a system message came before it.
+    InList {
+        start: Option<usize>,
+        system: bool,
+        led: bool,
+    },
+    /// The opening messages span these bytes; `led`: they start with a system prompt.
+    Found { range: Range<usize>, led: bool },
+}
+
+/// A conversation's opening messages, as the scan found them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Found {
+    /// The bytes of the opening messages.
+    pub range: Range<usize>,
+    /// Whether they start with `system`/`developer` messages (a system prompt).
+    pub led: bool,
 }
 
 impl Opening {
@@ -35,6 +48,7 @@ impl Opening {
             State::InList {
                 start: None,
                 system: false,
+                led: false,
             }
         } else {
             State::Outside
@@ -50,7 +64,7 @@ impl Opening {
     /// An element of the list starts at byte `at`; it must be an object to be a message.
     #[inline]
     pub fn message_starts(&mut self, is_object: bool, at: usize) {
-        if let State::InList { start, system } = &mut self.state {
+        if let State::InList { start, system, .. } = &mut self.state {
             if !is_object {
                 self.state = State::Outside;
                 return;
@@ -71,19 +85,31 @@ impl Opening {
     /// A container closed, leaving the scan at `depth`, with `end` just past its closing byte.
     #[inline]
     pub fn closed(&mut self, depth: usize, end: usize) {
-        if let State::InList { start, system } = self.state {
+        if let State::InList { start, system, led } = self.state {
             match (depth, start) {
-                (2, Some(start)) if !system => self.state = State::Found(start..end),
+                (2, Some(start)) if !system => {
+                    self.state = State::Found {
+                        range: start..end,
+                        led,
+                    }
+                }
+                (2, Some(_)) => {
+                    self.state = State::InList {
+                        start,
+                        system,
+                        led: true,
+                    }
+                }
                 (1, _) => self.state = State::Outside,
                 _ => {}
             }
         }
     }
 
-    /// The bytes of the opening messages, once the scan is over.
-    pub fn found(self) -> Option<Range<usize>> {
+    /// The opening messages, once the scan is over.
+    pub fn found(self) -> Option<Found> {
         match self.state {
-            State::Found(range) => Some(range),
+            State::Found { range, led } => Some(Found { range, led }),
             _ => None,
         }
     }

@@ -4,7 +4,7 @@
 //! Iterative (explicit container stack in a `u128` bitset), so hostile nesting cannot overflow the
 //! call stack; allocates nothing.
 
-use super::opening::Opening;
+use super::opening::{Found, Opening};
 use super::strings::{decoded_eq, find_special};
 use super::BodyError;
 use std::ops::Range;
@@ -32,8 +32,8 @@ pub(super) struct Scan {
     pub duplicate_model_at: Option<usize>,
     /// Whether the last top-level "stream" member is the literal `true`.
     pub stream: bool,
-    /// Bytes of the conversation's opening messages (see [`Opening`]), if it has them.
-    pub opening: Option<Range<usize>>,
+    /// The conversation's opening messages (see [`Opening`]), if it has them.
+    pub opening: Option<Found>,
 }
 
 /// Which interesting key a member value belongs to.

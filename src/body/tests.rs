@@ -544,3 +544,27 @@ fn continued_says_whether_messages_follow_the_opening() {
     let later = format!(r#"{{"model":"m","messages":[{USER},{USER}]}}"#);
     assert!(!crate::body::inspect_unkeyed(later.as_bytes()).is_ok_and(|i| i.continued));
 }
+
+#[test]
+fn prompted_says_whether_the_opening_starts_with_a_system_prompt() {
+    let prompted = |body: &str| ok(body).prompted;
+    assert!(prompted(&format!(
+        r#"{{"model":"m","messages":[{SYSTEM}, {USER}]}}"#
+    )));
+    assert!(prompted(&format!(
+        r#"{{"model":"m","messages":[{{"role":"developer","content":"d"}},{SYSTEM},{USER},{USER}]}}"#
+    )));
+    assert!(!prompted(&format!(
+        r#"{{"model":"m","messages":[{USER}]}}"#
+    )));
+    assert!(!prompted(&format!(
+        r#"{{"model":"m","messages":[{USER},{SYSTEM},{USER}]}}"#
+    )));
+    // Only system messages: no opening at all.
+    assert!(!prompted(
+        r#"{"model":"c","messages":[{"role":"system"},{"role":"system"}]}"#
+    ));
+    assert!(!prompted(r#"{"model":"e","input":"a"}"#));
+    let first = format!(r#"{{"model":"m","messages":[{SYSTEM},{USER}]}}"#);
+    assert!(!crate::body::inspect_unkeyed(first.as_bytes()).is_ok_and(|i| i.prompted));
+}

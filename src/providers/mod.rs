@@ -12,6 +12,7 @@ pub mod gcp;
 mod google_ai;
 pub mod health;
 mod openai;
+pub mod prompt_cache;
 pub mod ratelimit;
 pub mod resolve;
 pub mod tls;

@@ -58,11 +58,12 @@ pub fn inspect_body(bytes: &[u8], keyed: bool) -> std::result::Result<body::Insp
     inspected.map_err(|e| ApiError::invalid_request(e.to_string(), e.param()))
 }
 
-/// The conversation key a request is routed by: a later turn's keeps to its conversation's
-/// candidate, while a first turn (or a one-shot request) has none and follows the shares, so
-/// identical one-shot requests are spread too. The key is hashed only for a later turn.
+/// The conversation key a request is routed by: every turn of a conversation, its first
+/// included when it opens with a system prompt, keeps to the conversation's candidate (so its
+/// second turn finds the prompt the first one cached); a lone question has none and follows
+/// the shares, so identical one-line requests are spread. The key is hashed only for those.
 fn affinity_key(inspected: &body::Inspected, body: &[u8]) -> Option<u64> {
-    if inspected.continued {
+    if inspected.continued || inspected.prompted {
         inspected.conversation_key(body)
     } else {
         None
@@ -155,6 +156,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         mode,
         path_and_query,
         body_len: spliced_len,
+        prefix_affinity: app.config.routing.prefix_affinity,
     });
 
     let peer = match upstream_peer(&provider, app, ctx).await {
@@ -248,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_later_turn_is_routed_by_its_conversation_key() {
+    fn every_turn_of_a_conversation_with_a_system_prompt_is_routed_by_its_key() {
         let opening = r#"{"role":"system","content":"Be terse."},{"role":"user","content":"hi"}"#;
         let first = format!(r#"{{"model":"m","messages":[{opening}]}}"#);
         let later = format!(
@@ -258,12 +260,23 @@ mod tests {
             let inspected = inspect_body(text.as_bytes(), keyed).unwrap();
             affinity_key(&inspected, text.as_bytes())
         };
-        assert_eq!(key(&first, true), None);
-        assert_eq!(
-            key(&later, true),
-            Some(body::conversation_key(opening.as_bytes()))
-        );
+        let conversation = Some(body::conversation_key(opening.as_bytes()));
+        assert_eq!(key(&first, true), conversation);
+        assert_eq!(key(&later, true), conversation);
         assert_eq!(key(&later, false), None);
+        // A lone question has no key; its follow-up has the question's.
+        let question = r#"{"role":"user","content":"hi"}"#;
+        assert_eq!(
+            key(&format!(r#"{{"model":"m","messages":[{question}]}}"#), true),
+            None
+        );
+        let follow_up = format!(
+            r#"{{"model":"m","messages":[{question},{{"role":"assistant","content":"hello"}},{{"role":"user","content":"more"}}]}}"#
+        );
+        assert_eq!(
+            key(&follow_up, true),
+            Some(body::conversation_key(question.as_bytes()))
+        );
         assert_eq!(key(r#"{"model":"m","input":"one shot"}"#, true), None);
     }
 

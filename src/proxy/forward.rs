@@ -266,8 +266,9 @@ impl Batch {
     ) -> Result<bool> {
         let chunk = chunk.map_err(|e| e.into_up())?;
         let end = chunk.is_none() || upstream.response_done();
-        let len = chunk.as_ref().map_or(0, |c| c.len());
-        outcome::response_body_filter(len, end, ctx, &app.catalog.params);
+        let body = chunk.as_deref().unwrap_or_default();
+        let len = body.len();
+        outcome::response_body_filter(body, end, ctx, &app.catalog.params);
         self.chunks += 1;
         self.bytes += len;
         tasks.push(HttpTask::Body(chunk, end));

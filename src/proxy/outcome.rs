@@ -10,7 +10,7 @@ use crate::api::classify;
 use crate::app::App;
 use crate::observe::access_log::{millis, AccessRecord, Verdict};
 use crate::observe::trace;
-use crate::providers::ratelimit;
+use crate::providers::{prompt_cache, ratelimit};
 use crate::routing::{now_us, ErrorKind, Outcome, RoutingParams};
 use pingora::http::ResponseHeader;
 use pingora_core::{Error, ErrorSource};
@@ -129,29 +129,32 @@ const FRAMING: [http::HeaderName; 2] = [
 ];
 
 /// sturnus's `response_body_filter`: accounts one response body chunk; the first one (or the
-/// end of an empty body) is the TTFC.
+/// end of an empty body) is the TTFC. With prefix affinity, a first chunk that reports a
+/// prompt-cache hit only raises the candidate's latency estimate.
 pub fn response_body_filter(
-    len: usize,
+    chunk: &[u8],
     end_of_stream: bool,
     ctx: &mut RequestCtx,
     params: &RoutingParams,
 ) {
-    ctx.response_bytes += len as u64;
+    ctx.response_bytes += chunk.len() as u64;
     let now = Instant::now();
     if end_of_stream && ctx.last_chunk_at.is_none() {
         ctx.last_chunk_at = Some(now);
     }
-    if ctx.first_chunk_at.is_some() || (len == 0 && !end_of_stream) {
+    if ctx.first_chunk_at.is_some() || (chunk.is_empty() && !end_of_stream) {
         return;
     }
     ctx.first_chunk_at = Some(now);
     ctx.wait = None;
     if let (Some(route), Some(sent)) = (&ctx.route, ctx.sent_at) {
         let seconds = now.duration_since(sent).as_secs_f64();
-        route
-            .candidate
-            .stats
-            .record_latency(route.mode, seconds * 1e6, params.ewma_alpha);
+        let stats = &route.candidate.stats;
+        if route.prefix_affinity && prompt_cache::reports_hit(chunk) {
+            stats.record_cached_latency(route.mode, seconds * 1e6, params.ewma_alpha);
+        } else {
+            stats.record_latency(route.mode, seconds * 1e6, params.ewma_alpha);
+        }
         route.metrics.first_chunk(seconds);
     }
 }

@@ -188,6 +188,19 @@ impl CandidateStats {
         self.congestion.sample(mode, micros);
     }
 
+    /// Fold in the latency of an answer the provider gave from its prompt cache, only if it is
+    /// slower than the candidate's estimate: a hit's quick answer shows where a conversation's
+    /// cache is, not how fast the candidate is for a request that brings none (what its share
+    /// must reflect), while a slow one still shows a slowdown.
+    pub fn record_cached_latency(&self, mode: Mode, micros: f64, alpha: f64) {
+        if self
+            .latency_us(mode)
+            .is_none_or(|estimate| micros > estimate)
+        {
+            self.record_latency(mode, micros, alpha);
+        }
+    }
+
     /// Count an attempt and move the success EWMA (only for `Success`/`Failure`).
     pub fn record_outcome(&self, outcome: Outcome, alpha: f64) {
         self.requests.fetch_add(1, Relaxed);
@@ -536,6 +549,38 @@ mod tests {
             s.latency_ms(Mode::NonStreaming).unwrap_or(0.0),
             1.30035
         ));
+    }
+
+    #[test]
+    fn a_cached_answer_only_ever_raises_the_latency_estimate() {
+        let s = CandidateStats::new();
+        let mode = Mode::NonStreaming;
+        s.record_cached_latency(mode, 300.0, 0.5);
+        assert_eq!(
+            s.latency_us(mode),
+            Some(300.0),
+            "a cold candidate takes any sample"
+        );
+        s.record_latency(mode, 1000.0, 0.5);
+        assert_eq!(s.latency_us(mode), Some(650.0));
+        s.record_cached_latency(mode, 200.0, 0.5);
+        assert_eq!(
+            s.latency_us(mode),
+            Some(650.0),
+            "a quick hit says nothing of speed"
+        );
+        s.record_cached_latency(mode, 2650.0, 0.5);
+        assert_eq!(
+            s.latency_us(mode),
+            Some(1650.0),
+            "a slow hit still shows a slowdown"
+        );
+        s.record_latency(mode, 250.0, 0.5);
+        assert_eq!(
+            s.latency_us(mode),
+            Some(950.0),
+            "a miss moves it either way"
+        );
     }
 
     #[test]

@@ -236,7 +236,7 @@ impl Run<'_> {
 
     fn begin_service(&mut self, started: super::provider::Started) {
         self.live[started.attempt].response = Some(started.response);
-        self.live[started.attempt].cached = started.cached;
+        self.live[started.attempt].cached = started.response.cached;
         self.queue
             .schedule(started.done_at, Event::Done(started.attempt));
     }
@@ -340,6 +340,7 @@ mod tests {
                 retry_after_s,
             },
             quota: None,
+            cached: false,
         };
         assert_eq!(retry_delay(&fail(Some(7)), 1, 0.5), 7 * SEC);
         assert_eq!(retry_delay(&fail(Some(61)), 1, 0.0), 500 * MS);

@@ -173,6 +173,9 @@ pub struct Response {
     pub reply: Reply,
     /// The quota announced with the answer, for providers that have one.
     pub quota: Option<Announced>,
+    /// The provider reports that its prompt cache held the request's prefix (as real ones do
+    /// in the answer's usage: `cached_tokens`, `cache_read_input_tokens`).
+    pub cached: bool,
 }
 
 impl Response {
@@ -191,8 +194,6 @@ pub struct Started {
     pub done_at: Micros,
     /// The response.
     pub response: Response,
-    /// True when the provider's prompt cache held the request's prefix.
-    pub cached: bool,
 }
 
 /// Standard normal draw (Box–Muller; one of the pair is discarded for simplicity).
@@ -343,8 +344,8 @@ impl Providers {
                             retry_after_s: Some(secs),
                         },
                         quota: Some(announced(*used, q)),
+                        cached: false,
                     },
-                    cached: false,
                 };
             }
             *used += 1;
@@ -391,8 +392,8 @@ impl Providers {
                 latency: done_at - queued_at,
                 reply,
                 quota,
+                cached,
             },
-            cached,
         }
     }
 

@@ -304,6 +304,7 @@ mod tests {
             latency: ms * 1000,
             reply: Reply::Ok,
             quota: None,
+            cached: false,
         }
     }
 
@@ -343,6 +344,7 @@ mod tests {
                 retry_after_s: None,
             },
             quota: None,
+            cached: false,
         };
         s.finished(1, 0, &fail);
         // One failure among two samples: mean 5 s, worse than 100 ms.

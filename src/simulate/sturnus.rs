@@ -153,8 +153,8 @@ impl Strategy for Sturnus {
         self.pick_turn(None, now, rng, world)
     }
 
-    /// As the proxy: with prefix affinity, a later turn picks by its conversation's key (an
-    /// opening turn, whose messages end with the opening, is picked at random).
+    /// As the proxy: with prefix affinity, every turn picks by its conversation's key (every
+    /// application here has a system prompt, so an opening turn has a key too).
     fn pick_turn(
         &mut self,
         turn: Option<&Turn>,
@@ -163,7 +163,7 @@ impl Strategy for Sturnus {
         _world: &Providers,
     ) -> usize {
         let keyed = turn
-            .filter(|t| self.variant.prefix_affinity && t.number > 0)
+            .filter(|_| self.variant.prefix_affinity)
             .map(|t| routing::Keyed {
                 key: t.key(),
                 identities: &self.identities,
@@ -199,8 +199,13 @@ impl Strategy for Sturnus {
                 retry_after_s,
             } => (code, retry_after_s),
         };
-        // As outcome::response_body_filter: the first chunk of any response, error bodies included.
-        stats.record_latency(MODE, response.latency as f64, alpha);
+        // As outcome::response_body_filter: the first chunk of any response, error bodies
+        // included; with prefix affinity, an answer from the prompt cache only if it is slower.
+        if response.cached && self.variant.prefix_affinity {
+            stats.record_cached_latency(MODE, response.latency as f64, alpha);
+        } else {
+            stats.record_latency(MODE, response.latency as f64, alpha);
+        }
         // As outcome::finish.
         match Outcome::from_status(status) {
             Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, alpha),
@@ -234,6 +239,7 @@ mod tests {
                 retry_after_s: Some(3),
             },
             quota: None,
+            cached: false,
         }
     }
 

@@ -123,6 +123,8 @@ pub struct Behaviour {
     health_status: AtomicU32,
     /// Requests allowed per window, announced in rate-limit headers (off by default).
     quota: RequestQuota,
+    /// Prompt tokens each answer reports read from the prompt cache (0: a miss, not reported).
+    cached_tokens: AtomicU64,
 }
 
 impl fmt::Debug for Behaviour {
@@ -159,7 +161,20 @@ impl Behaviour {
             fault: AtomicU64::new(0),
             health_status: AtomicU32::new(200),
             quota: RequestQuota::default(),
+            cached_tokens: AtomicU64::new(0),
         }
+    }
+
+    /// Makes every answer report `tokens` prompt tokens read from the prompt cache (OpenAI's
+    /// `usage.prompt_tokens_details.cached_tokens`), as a provider does on a cache hit; 0
+    /// answers as a miss.
+    pub fn set_cached_tokens(&self, tokens: u64) {
+        self.cached_tokens.store(tokens, Ordering::Relaxed);
+    }
+
+    /// The cached prompt tokens answers report (see [`Behaviour::set_cached_tokens`]).
+    pub fn cached_tokens(&self) -> u64 {
+        self.cached_tokens.load(Ordering::Relaxed)
     }
 
     /// Sets the delay before the response headers (and first chunk) are written.

@@ -310,6 +310,7 @@ impl Connection<'_> {
             model,
             content: &shared.content,
             prompt_tokens: (body.len() as u64 / 4).max(1),
+            cached_tokens: behaviour.cached_tokens(),
         };
         let pace = match fault {
             Fault::SlowDrip(d) => Some(d),

@@ -16,6 +16,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) content: &'a str,
     /// Estimated prompt tokens.
     pub(crate) prompt_tokens: u64,
+    /// Prompt tokens read from the prompt cache (reported only when positive).
+    pub(crate) cached_tokens: u64,
 }
 
 impl Ctx<'_> {
@@ -168,14 +170,20 @@ pub(crate) fn push_error_body(out: &mut Vec<u8>, status: u16, message: &str) {
     out.extend_from_slice(b"\",\"param\":null,\"code\":null}}");
 }
 
-/// Appends `"usage":{...}` in chat/completions style.
-pub(crate) fn push_chat_usage(out: &mut Vec<u8>, prompt: u64, completion: u64) {
+/// Appends `"usage":{...}` in chat/completions style, with `prompt_tokens_details` when some
+/// prompt tokens came from the prompt cache.
+pub(crate) fn push_chat_usage(out: &mut Vec<u8>, prompt: u64, completion: u64, cached: u64) {
     out.extend_from_slice(b"\"usage\":{\"prompt_tokens\":");
     push_num(out, prompt);
     out.extend_from_slice(b",\"completion_tokens\":");
     push_num(out, completion);
     out.extend_from_slice(b",\"total_tokens\":");
     push_num(out, prompt + completion);
+    if cached > 0 {
+        out.extend_from_slice(b",\"prompt_tokens_details\":{\"cached_tokens\":");
+        push_num(out, cached);
+        out.push(b'}');
+    }
     out.push(b'}');
 }
 
@@ -202,7 +210,12 @@ pub(crate) fn push_chat_body(out: &mut Vec<u8>, ctx: &Ctx) {
     );
     push_json_str(out, ctx.content);
     out.extend_from_slice(b"\"},\"logprobs\":null,\"finish_reason\":\"stop\"}],");
-    push_chat_usage(out, ctx.prompt_tokens, ctx.content_tokens());
+    push_chat_usage(
+        out,
+        ctx.prompt_tokens,
+        ctx.content_tokens(),
+        ctx.cached_tokens,
+    );
     out.push(b'}');
 }
 
@@ -213,7 +226,12 @@ pub(crate) fn push_completion_body(out: &mut Vec<u8>, ctx: &Ctx) {
     out.extend_from_slice(b"\"choices\":[{\"text\":\"");
     push_json_str(out, ctx.content);
     out.extend_from_slice(b"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"stop\"}],");
-    push_chat_usage(out, ctx.prompt_tokens, ctx.content_tokens());
+    push_chat_usage(
+        out,
+        ctx.prompt_tokens,
+        ctx.content_tokens(),
+        ctx.cached_tokens,
+    );
     out.push(b'}');
 }
 
@@ -275,6 +293,7 @@ mod tests {
         model: "gpt-\"q\"\n",
         content: "Hello from fast",
         prompt_tokens: 11,
+        cached_tokens: 0,
     };
 
     fn json(bytes: &[u8]) -> Value {
@@ -304,6 +323,22 @@ mod tests {
         assert_eq!(v["choices"][0]["finish_reason"], "stop");
         assert_eq!(v["usage"]["prompt_tokens"], 11);
         assert_eq!(v["usage"]["completion_tokens"], 3);
+        assert_eq!(v["usage"]["total_tokens"], 14);
+        assert!(v["usage"].get("prompt_tokens_details").is_none());
+    }
+
+    #[test]
+    fn a_cache_hit_reports_its_cached_tokens_as_openai_does() {
+        let mut out = Vec::new();
+        push_chat_body(
+            &mut out,
+            &Ctx {
+                cached_tokens: 1024,
+                ..CTX
+            },
+        );
+        let v = json(&out);
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 1024);
         assert_eq!(v["usage"]["total_tokens"], 14);
     }
 

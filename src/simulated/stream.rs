@@ -84,7 +84,8 @@ impl StreamPlan<'_> {
             }
         } else {
             out.extend_from_slice(b"\"choices\":[],");
-            push_chat_usage(out, self.ctx.prompt_tokens, u64::from(self.chunks));
+            let cached = self.ctx.cached_tokens;
+            push_chat_usage(out, self.ctx.prompt_tokens, u64::from(self.chunks), cached);
             out.extend_from_slice(b"}\n\n");
         }
     }
@@ -142,6 +143,7 @@ mod tests {
         model: "m",
         content: "Hello from x",
         prompt_tokens: 4,
+        cached_tokens: 0,
     };
 
     fn events(plan: &StreamPlan) -> Vec<String> {

@@ -1,6 +1,7 @@
-//! Prompt-cache affinity end to end: later turns of a conversation keep to the candidate their
+//! Prompt-cache affinity end to end: the turns of a conversation keep to the candidate their
 //! key picks by weighted rendezvous over the shares, new conversations follow the shares, the
-//! explicit `x-session-affinity` pin wins, and a conversation moves off a failing candidate.
+//! explicit `x-session-affinity` pin wins, a conversation moves off a failing candidate, and an
+//! answer from the provider's prompt cache only ever raises the latency sturnus learns.
 
 use crate::common;
 
@@ -74,7 +75,7 @@ async fn shares(proxy: &Proxy) -> (f64, f64) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_conversations_later_turns_keep_to_one_candidate_and_new_ones_follow_the_shares() {
+async fn a_conversations_turns_keep_to_one_candidate_and_new_ones_follow_the_shares() {
     // b is far slower, so it sits at the probe floor: shares exactly 0.8 / 0.2, whatever the
     // machine's noise.
     let (a, b, proxy) = with_routing("probe_floor = 0.2\nprefix_affinity = true\n").await;
@@ -84,7 +85,7 @@ async fn a_conversations_later_turns_keep_to_one_candidate_and_new_ones_follow_t
     let (share_a, share_b) = shares(&proxy).await;
     assert!((share_a - 0.8).abs() < 1e-9 && (share_b - 0.2).abs() < 1e-9);
 
-    // Conversations whose key lands on b and on a: every later turn goes there.
+    // Conversations whose key lands on b and on a: every turn, the first included, goes there.
     let questions: Vec<String> = (0..200)
         .map(|i| format!("Question {i}: which tyre?"))
         .collect();
@@ -103,7 +104,7 @@ async fn a_conversations_later_turns_keep_to_one_candidate_and_new_ones_follow_t
         .map(|q| (q, "b"))
         .chain(on_a.iter().take(3).map(|q| (q, "a")))
     {
-        for turn in 2..=7 {
+        for turn in 1..=7 {
             let got = send(&proxy, turn_body(SYSTEM, q, turn), None).await;
             assert_eq!(got, want, "turn {turn} of {q:?}");
         }
@@ -200,4 +201,58 @@ async fn a_conversation_moves_off_a_candidate_that_starts_failing_and_stays_move
     // The key lands on a whenever a has 80 % or more: its share fell below that.
     let (share_a, _) = shares(&proxy).await;
     assert!(share_a < 0.8, "a kept {share_a}");
+}
+
+/// Candidate `provider`'s non-streaming latency estimate on `/status`, in ms.
+async fn latency_ms(proxy: &Proxy, provider: &str) -> f64 {
+    let status = proxy.status().await;
+    status_candidate(&status, provider)["non_streaming"]["latency_ms"]
+        .as_f64()
+        .unwrap()
+}
+
+/// Sends `n` one-line chats pinned to candidate `a`.
+async fn to_a(proxy: &Proxy, n: usize) {
+    for _ in 0..n {
+        let served = send(proxy, chat_body("fast", false), Some("a/ma")).await;
+        assert_eq!(served, "a");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_from_the_prompt_cache_only_raises_the_latency_sturnus_learns() {
+    let (a, _b, proxy) = with_routing("prefix_affinity = true\n").await;
+    a.behaviour.set_latency(Duration::from_millis(40));
+    to_a(&proxy, 3).await;
+    let cold = latency_ms(&proxy, "a").await;
+    assert!(cold >= 40.0, "{cold}");
+    // Quick hits (usage.prompt_tokens_details.cached_tokens > 0): the estimate stays.
+    a.behaviour.set_latency(Duration::from_millis(2));
+    a.behaviour.set_cached_tokens(1024);
+    to_a(&proxy, 5).await;
+    assert_eq!(latency_ms(&proxy, "a").await, cold);
+    // A slow hit is a slowdown all the same.
+    a.behaviour.set_latency(Duration::from_millis(150));
+    to_a(&proxy, 1).await;
+    let slowed = latency_ms(&proxy, "a").await;
+    assert!(slowed > cold + 30.0, "{slowed} after {cold}");
+    // Quick misses bring it down.
+    a.behaviour.set_latency(Duration::from_millis(2));
+    a.behaviour.set_cached_tokens(0);
+    to_a(&proxy, 5).await;
+    let quick = latency_ms(&proxy, "a").await;
+    assert!(quick < cold / 2.0, "{quick} after {cold}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_prefix_affinity_a_quick_hit_counts_like_any_answer() {
+    let (a, _b, proxy) = with_routing("prefix_affinity = false\n").await;
+    a.behaviour.set_latency(Duration::from_millis(40));
+    to_a(&proxy, 3).await;
+    let cold = latency_ms(&proxy, "a").await;
+    a.behaviour.set_latency(Duration::from_millis(2));
+    a.behaviour.set_cached_tokens(1024);
+    to_a(&proxy, 5).await;
+    let after = latency_ms(&proxy, "a").await;
+    assert!(after < cold / 2.0, "{after} after {cold}");
 }
