@@ -138,7 +138,10 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         .headers
         .get(&super::outcome::AFFINITY_NAME)
         .and_then(|v| v.to_str().ok());
-    let conversation = affinity_key(&inspected, &whole.bytes);
+    // One candidate needs no key: the hash is skipped.
+    let conversation = (alias.candidates.len() > 1)
+        .then(|| affinity_key(&inspected, &whole.bytes))
+        .flatten();
     let choice = alias.choose_keyed(mode, pin, conversation, &app.catalog.params);
     let candidate = &alias.candidates[choice.index];
     let spliced_len = inspected.spliced_len(&whole.bytes, &candidate.model);
