@@ -555,32 +555,22 @@ mod tests {
     fn a_cached_answer_only_ever_raises_the_latency_estimate() {
         let s = CandidateStats::new();
         let mode = Mode::NonStreaming;
-        s.record_cached_latency(mode, 300.0, 0.5);
-        assert_eq!(
-            s.latency_us(mode),
-            Some(300.0),
-            "a cold candidate takes any sample"
-        );
-        s.record_latency(mode, 1000.0, 0.5);
-        assert_eq!(s.latency_us(mode), Some(650.0));
-        s.record_cached_latency(mode, 200.0, 0.5);
-        assert_eq!(
-            s.latency_us(mode),
-            Some(650.0),
-            "a quick hit says nothing of speed"
-        );
-        s.record_cached_latency(mode, 2650.0, 0.5);
-        assert_eq!(
-            s.latency_us(mode),
-            Some(1650.0),
-            "a slow hit still shows a slowdown"
-        );
-        s.record_latency(mode, 250.0, 0.5);
-        assert_eq!(
-            s.latency_us(mode),
-            Some(950.0),
-            "a miss moves it either way"
-        );
+        // (a cache hit?, sample, the estimate after it, why)
+        let steps = [
+            (true, 300.0, 300.0, "a cold candidate takes any sample"),
+            (false, 1000.0, 650.0, "a miss"),
+            (true, 200.0, 650.0, "a quick hit says nothing of speed"),
+            (true, 2650.0, 1650.0, "a slow hit still shows a slowdown"),
+            (false, 250.0, 950.0, "a miss moves it either way"),
+        ];
+        for (cached, sample, estimate, why) in steps {
+            if cached {
+                s.record_cached_latency(mode, sample, 0.5);
+            } else {
+                s.record_latency(mode, sample, 0.5);
+            }
+            assert_eq!(s.latency_us(mode), Some(estimate), "{why}");
+        }
     }
 
     #[test]

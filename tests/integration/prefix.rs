@@ -219,18 +219,26 @@ async fn to_a(proxy: &Proxy, n: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_answer_from_the_prompt_cache_only_raises_the_latency_sturnus_learns() {
-    let (a, _b, proxy) = with_routing("prefix_affinity = true\n").await;
+/// With `prefix_affinity` set to `on`: candidate `a`, its latency estimate after three misses
+/// at 40 ms, and the estimate after five more answers at 2 ms that report a prompt-cache hit
+/// (`usage.prompt_tokens_details.cached_tokens`).
+async fn quick_hits_after_slow_misses(on: bool) -> (SimProvider, Proxy, f64, f64) {
+    let (a, _b, proxy) = with_routing(&format!("prefix_affinity = {on}\n")).await;
     a.behaviour.set_latency(Duration::from_millis(40));
     to_a(&proxy, 3).await;
     let cold = latency_ms(&proxy, "a").await;
     assert!(cold >= 40.0, "{cold}");
-    // Quick hits (usage.prompt_tokens_details.cached_tokens > 0): the estimate stays.
     a.behaviour.set_latency(Duration::from_millis(2));
     a.behaviour.set_cached_tokens(1024);
     to_a(&proxy, 5).await;
-    assert_eq!(latency_ms(&proxy, "a").await, cold);
+    let after = latency_ms(&proxy, "a").await;
+    (a, proxy, cold, after)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_from_the_prompt_cache_only_raises_the_latency_sturnus_learns() {
+    let (a, proxy, cold, after_hits) = quick_hits_after_slow_misses(true).await;
+    assert_eq!(after_hits, cold, "quick hits moved the estimate");
     // A slow hit is a slowdown all the same.
     a.behaviour.set_latency(Duration::from_millis(150));
     to_a(&proxy, 1).await;
@@ -246,13 +254,6 @@ async fn an_answer_from_the_prompt_cache_only_raises_the_latency_sturnus_learns(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_prefix_affinity_a_quick_hit_counts_like_any_answer() {
-    let (a, _b, proxy) = with_routing("prefix_affinity = false\n").await;
-    a.behaviour.set_latency(Duration::from_millis(40));
-    to_a(&proxy, 3).await;
-    let cold = latency_ms(&proxy, "a").await;
-    a.behaviour.set_latency(Duration::from_millis(2));
-    a.behaviour.set_cached_tokens(1024);
-    to_a(&proxy, 5).await;
-    let after = latency_ms(&proxy, "a").await;
-    assert!(after < cold / 2.0, "{after} after {cold}");
+    let (_a, _proxy, cold, after_hits) = quick_hits_after_slow_misses(false).await;
+    assert!(after_hits < cold / 2.0, "{after_hits} after {cold}");
 }
