@@ -87,8 +87,8 @@ impl Variant {
         }
     }
 
-    /// `current` picking every request at random (today's rule without a key): the yardstick
-    /// of the conversations scenario.
+    /// `current` with prefix affinity off (every request picked at random, every cache hit
+    /// counted like any answer): the yardstick of the conversations scenarios.
     pub fn cache_blind_of(current: Variant) -> Variant {
         Variant {
             label: "sturnus (cache-blind)",
