@@ -27,8 +27,8 @@ enum State {
         system: bool,
         led: bool,
     },
-    /// The opening messages span these bytes; `led`: they start with a system prompt.
-    Found { range: Range<usize>, led: bool },
+    /// The opening messages were found.
+    Found(Found),
 }
 
 /// A conversation's opening messages, as the scan found them.
@@ -88,10 +88,8 @@ impl Opening {
         if let State::InList { start, system, led } = self.state {
             match (depth, start) {
                 (2, Some(start)) if !system => {
-                    self.state = State::Found {
-                        range: start..end,
-                        led,
-                    }
+                    let range = start..end;
+                    self.state = State::Found(Found { range, led });
                 }
                 (2, Some(_)) => {
                     self.state = State::InList {
@@ -109,7 +107,7 @@ impl Opening {
     /// The opening messages, once the scan is over.
     pub fn found(self) -> Option<Found> {
         match self.state {
-            State::Found { range, led } => Some(Found { range, led }),
+            State::Found(found) => Some(found),
             _ => None,
         }
     }

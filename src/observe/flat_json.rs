@@ -240,27 +240,10 @@ impl<'a> Object<'a> {
     /// Adds the field `key` with the string `value`; a [`Text::Fixed`] one is copied whole, key
     /// and value, from the `KeyCache` when the object before had the same field there.
     pub fn text_field(&mut self, key: &'static str, value: Text<'_>) -> Result<(), Error> {
-        let Text::Fixed(fixed) = value else {
-            return self.field(key, value.as_str());
-        };
-        match self.keys.get(self.fields, key, Some(fixed)) {
-            Some(text) => {
-                self.out.extend_from_slice(text);
-                self.fields += 1;
-                Ok(())
-            }
-            None => self.new_fixed_field(key, fixed),
+        match value {
+            Text::Fixed(fixed) => self.cached(key, Some(fixed)),
+            Text::Passing(text) => self.field(key, text),
         }
-    }
-
-    /// [`Object::text_field`] for a fixed field not cached at this position: written and cached.
-    #[cold]
-    fn new_fixed_field(&mut self, key: &'static str, value: &'static str) -> Result<(), Error> {
-        let (at, start) = (self.fields, self.out.len());
-        self.key(key)?;
-        push_str(self.out, value)?;
-        self.keys.set(at, key, Some(value), &self.out[start..]);
-        Ok(())
     }
 
     /// Adds the fields of `value`, a struct or map of flat values, as this object's own.
@@ -288,22 +271,32 @@ impl<'a> Object<'a> {
     /// from the `KeyCache` when the object before had the same key at this position.
     #[inline]
     fn static_key(&mut self, key: &'static str) -> Result<(), Error> {
-        match self.keys.get(self.fields, key, None) {
+        self.cached(key, None)
+    }
+
+    /// Writes `key` (and the fixed `value`, if any) as the `KeyCache` holds it at this position,
+    /// or writes and caches it when the object before had another field there.
+    #[inline]
+    fn cached(&mut self, key: &'static str, value: Option<&'static str>) -> Result<(), Error> {
+        match self.keys.get(self.fields, key, value) {
             Some(text) => {
                 self.out.extend_from_slice(text);
                 self.fields += 1;
                 Ok(())
             }
-            None => self.new_static_key(key),
+            None => self.new_cached(key, value),
         }
     }
 
-    /// [`Object::static_key`] for a key not cached at this position: written and cached.
+    /// [`Object::cached`] for a field not cached at this position: written and cached.
     #[cold]
-    fn new_static_key(&mut self, key: &'static str) -> Result<(), Error> {
+    fn new_cached(&mut self, key: &'static str, value: Option<&'static str>) -> Result<(), Error> {
         let (at, start) = (self.fields, self.out.len());
         self.key(key)?;
-        self.keys.set(at, key, None, &self.out[start..]);
+        if let Some(value) = value {
+            push_str(self.out, value)?;
+        }
+        self.keys.set(at, key, value, &self.out[start..]);
         Ok(())
     }
 }
@@ -330,12 +323,8 @@ impl KeyCache {
     #[inline]
     fn get(&self, at: usize, key: &'static str, value: Option<&'static str>) -> Option<&[u8]> {
         let (cached, cached_value, range) = self.keys.get(at)?;
-        let same_value = match (cached_value, value) {
-            (None, None) => true,
-            (Some(a), Some(b)) => std::ptr::eq(*a, b),
-            _ => false,
-        };
-        if !std::ptr::eq(*cached, key) || !same_value {
+        let address = |text: Option<&'static str>| text.map(|t| t as *const str);
+        if !std::ptr::eq(*cached, key) || address(*cached_value) != address(value) {
             return None;
         }
         self.text.get(range.clone())

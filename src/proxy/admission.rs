@@ -159,7 +159,6 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         mode,
         path_and_query,
         body_len: spliced_len,
-        prefix_affinity: app.config.routing.prefix_affinity,
     });
 
     let peer = match upstream_peer(&provider, app, ctx).await {

@@ -26,9 +26,6 @@ pub struct Route {
     pub inflight: OwnedInflightGuard,
     /// The request's metric series (in flight until the context drops).
     pub metrics: Tracked,
-    /// Prefix affinity is on: an answer from the provider's prompt cache only raises the
-    /// candidate's latency estimate (`CandidateStats::record_cached_latency`).
-    pub prefix_affinity: bool,
 }
 
 /// State of one request across the proxy hooks.

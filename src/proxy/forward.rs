@@ -267,10 +267,9 @@ impl Batch {
         let chunk = chunk.map_err(|e| e.into_up())?;
         let end = chunk.is_none() || upstream.response_done();
         let body = chunk.as_deref().unwrap_or_default();
-        let len = body.len();
-        outcome::response_body_filter(body, end, ctx, &app.catalog.params);
+        outcome::response_body_filter(body, end, ctx, app);
         self.chunks += 1;
-        self.bytes += len;
+        self.bytes += body.len();
         tasks.push(HttpTask::Body(chunk, end));
         Ok(end)
     }

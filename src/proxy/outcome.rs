@@ -131,12 +131,7 @@ const FRAMING: [http::HeaderName; 2] = [
 /// sturnus's `response_body_filter`: accounts one response body chunk; the first one (or the
 /// end of an empty body) is the TTFC. With prefix affinity, a first chunk that reports a
 /// prompt-cache hit only raises the candidate's latency estimate.
-pub fn response_body_filter(
-    chunk: &[u8],
-    end_of_stream: bool,
-    ctx: &mut RequestCtx,
-    params: &RoutingParams,
-) {
+pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut RequestCtx, app: &App) {
     ctx.response_bytes += chunk.len() as u64;
     let now = Instant::now();
     if end_of_stream && ctx.last_chunk_at.is_none() {
@@ -149,11 +144,11 @@ pub fn response_body_filter(
     ctx.wait = None;
     if let (Some(route), Some(sent)) = (&ctx.route, ctx.sent_at) {
         let seconds = now.duration_since(sent).as_secs_f64();
-        let stats = &route.candidate.stats;
-        if route.prefix_affinity && prompt_cache::reports_hit(chunk) {
-            stats.record_cached_latency(route.mode, seconds * 1e6, params.ewma_alpha);
+        let (stats, alpha) = (&route.candidate.stats, app.catalog.params.ewma_alpha);
+        if app.config.routing.prefix_affinity && prompt_cache::reports_hit(chunk) {
+            stats.record_cached_latency(route.mode, seconds * 1e6, alpha);
         } else {
-            stats.record_latency(route.mode, seconds * 1e6, params.ewma_alpha);
+            stats.record_latency(route.mode, seconds * 1e6, alpha);
         }
         route.metrics.first_chunk(seconds);
     }

@@ -104,7 +104,6 @@ struct Live {
     provider: usize,
     start: Micros,
     response: Option<Response>,
-    cached: bool,
 }
 
 struct Sidecar {
@@ -227,7 +226,6 @@ impl Run<'_> {
             provider: p,
             start: now,
             response: None,
-            cached: false,
         });
         if let Some(started) = self.providers.submit_turn(p, id, now, turn) {
             self.begin_service(started);
@@ -236,15 +234,14 @@ impl Run<'_> {
 
     fn begin_service(&mut self, started: super::provider::Started) {
         self.live[started.attempt].response = Some(started.response);
-        self.live[started.attempt].cached = started.response.cached;
         self.queue
             .schedule(started.done_at, Event::Done(started.attempt));
     }
 
     fn done(&mut self, a: usize, now: Micros) {
-        let (s, request, p, start, cached) = {
+        let (s, request, p, start) = {
             let l = &self.live[a];
-            (l.sidecar, l.request, l.provider, l.start, l.cached)
+            (l.sidecar, l.request, l.provider, l.start)
         };
         let Some(response) = self.live[a].response else {
             return;
@@ -262,7 +259,7 @@ impl Run<'_> {
             end: now,
             ok: response.ok(),
             limited: matches!(response.reply, Reply::Status { code: 429, .. }),
-            cached,
+            cached: response.cached,
         });
         let r = &mut self.log.requests[request];
         if response.ok() || r.attempts >= MAX_ATTEMPTS {
