@@ -126,6 +126,29 @@ def median(values):
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
+def nearest_rank(sorted_values, p):
+    """Percentile by nearest rank, as ttfc_client computes it (None when empty)."""
+    if not sorted_values:
+        return None
+    rank = -(-p * len(sorted_values) // 100)
+    return sorted_values[min(max(int(rank), 1), len(sorted_values)) - 1]
+
+
+def pooled_ttfc(records):
+    """Time-to-first-chunk percentiles over every round's requests together.
+
+    One round's p99 is its slowest one or two requests; pooling the rounds puts several
+    hundred samples under the tail percentile."""
+    samples = sorted(v for r in records for v in (r.get("load") or {}).get("ttfc_samples_us", []))
+    if not samples:
+        return {}
+    return {
+        "ttfc_pooled_samples": len(samples),
+        "ttfc_pooled_p50_ms": nearest_rank(samples, 50) / 1000,
+        "ttfc_pooled_p99_ms": nearest_rank(samples, 99) / 1000,
+    }
+
+
 def combine(rounds):
     """Median of every figure over the rounds of one (scenario, target)."""
     keys = {k for r in rounds for k in r} - {"round"}
@@ -156,6 +179,7 @@ def summarise(raw_path, out_dir):
         for t in TARGETS:
             if t in runs.get(name, {}):
                 per[t] = combine([metrics(r, clk) for r in runs[name][t]])
+                per[t].update(pooled_ttfc(runs[name][t]))
         direct = per.get("direct")
         for t, m in per.items():
             if direct and t != "direct":
@@ -250,11 +274,18 @@ def checks(result):
         "≥ 0.90", at_least(0.9), "×")
     add("streaming RPS per proxy CPU second, sturnus ÷ pass-through",
         vs_passthrough("stream", "rps_per_core"), "≥ 0.90", at_least(0.9), "×")
-    add("time-to-first-chunk overhead p99 vs direct (c=16)",
-        paired(result, "ttfc", "ttfc_p99_ms", "sturnus", "direct", difference), "≤ 1.00 ms",
-        at_most(1.0), "ms")
-    add("time-to-first-chunk p99, sturnus − pass-through (c=16)",
-        vs_passthrough("ttfc", "ttfc_p99_ms", difference), "≤ 1.00 ms", at_most(1.0), "ms")
+    def pooled_ttfc_p99(target, base):
+        """Pooled p99 of `target` minus `base`'s, with the rounds' own differences as the range."""
+        per = result["scenarios"].get("ttfc", {}).get("targets", {})
+        a = per.get(target, {}).get("ttfc_pooled_p99_ms")
+        b = per.get(base, {}).get("ttfc_pooled_p99_ms")
+        _, spread = paired(result, "ttfc", "ttfc_p99_ms", target, base, difference)
+        return (a - b if a is not None and b is not None else None), spread
+
+    add("time-to-first-chunk overhead p99 vs direct (c=16, all rounds' requests pooled)",
+        pooled_ttfc_p99("sturnus", "direct"), "≤ 1.00 ms", at_most(1.0), "ms")
+    add("time-to-first-chunk p99, sturnus − pass-through (c=16, all rounds' requests pooled)",
+        pooled_ttfc_p99("sturnus", "passthrough"), "≤ 1.00 ms", at_most(1.0), "ms")
     add("idle RSS", mem.get("idle_rss_mb"), "≤ 15 MB", at_most(15), "MB")
     add("peak RSS after all scenarios", mem.get("peak_rss_mb"), "≤ 64 MB", at_most(64), "MB")
     return out
@@ -292,9 +323,11 @@ def markdown(result):
     lines.append("")
     lines.append("Each check is computed per round (the pass-through and sturnus ran back to back, in "
                  "alternating order) and the median over the rounds is judged; the range shows the "
-                 "rounds' spread.")
+                 "rounds' spread. The time-to-first-chunk checks are the exception: one round's p99 is "
+                 "its slowest one or two requests, so they judge the p99 of every round's requests "
+                 "pooled per target, and the range shows the per-round differences.")
     lines.append("")
-    lines.append("| check | measured (median of rounds) | range over rounds | target | met |")
+    lines.append("| check | measured | range over rounds | target | met |")
     lines.append("|---|---|---|---|---|")
     for c in result["checks"]:
         v = c["measured"]
@@ -314,7 +347,8 @@ def markdown(result):
         has_ttfc = any("ttfc_p99_ms" in v for v in per.values())
         head = ["target", "RPS", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms"]
         if has_ttfc:
-            head += ["TTFC p50 ms", "TTFC p99 ms", "added TTFC p99 ms"]
+            head += ["TTFC p50 ms", "TTFC p99 ms", "added TTFC p99 ms", "TTFC p99 pooled ms",
+                     "pooled samples"]
         head += ["proxy CPU s / 10k req", "RPS per proxy core", "proxy CPU %", "mock CPU %",
                  "others on proxy core %", "errors"]
         lines.append("| " + " | ".join(head) + " |")
@@ -327,7 +361,8 @@ def markdown(result):
                    fmt(v.get("added_p50_ms")), fmt(v.get("added_p99_ms"))]
             if has_ttfc:
                 row += [fmt(v.get("ttfc_p50_ms")), fmt(v.get("ttfc_p99_ms")),
-                        fmt(v.get("added_ttfc_p99_ms"))]
+                        fmt(v.get("added_ttfc_p99_ms")), fmt(v.get("ttfc_pooled_p99_ms")),
+                        fmt(v.get("ttfc_pooled_samples"))]
             row += [fmt(v["cpu_s_per_10k"], 3), fmt(v["rps_per_core"], 0), fmt(v["proxy_cpu_pct"], 0),
                     fmt(v["mock_cpu_pct"], 0), fmt(v.get("other_on_proxy_core_pct"), 0),
                     fmt(v["errors"])]

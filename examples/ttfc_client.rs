@@ -8,8 +8,9 @@
 //!     --path /v1/chat/completions --body-file stream.json -c 16 --seconds 8 --warmup-secs 1
 //! ```
 //!
-//! Prints one JSON object: request and error counts, requests per second, and percentiles
-//! (µs) of TTFC and total time, over the requests started after the warm-up.
+//! Prints one JSON object: request and error counts, requests per second, percentiles (µs) of
+//! TTFC and total time over the requests started after the warm-up, and every TTFC sample, so
+//! that runs can be pooled before taking a tail percentile.
 
 use clap::Parser;
 use std::net::SocketAddr;
@@ -364,11 +365,13 @@ fn report(tallies: &[Tally], seconds: f64) {
     let errors: u64 = tallies.iter().map(|t| t.errors).sum();
     let non_2xx: u64 = tallies.iter().map(|t| t.non_2xx).sum();
     let n = samples.len();
+    let ttfc_samples: Vec<String> = samples.iter().map(|s| s.ttfc_us.to_string()).collect();
     println!(
         "{{\"requests\":{n},\"errors\":{errors},\"non_2xx\":{non_2xx},\"seconds\":{seconds:.3},\
-         \"rps\":{:.1},\"ttfc_us\":{},\"total_us\":{}}}",
+         \"rps\":{:.1},\"ttfc_us\":{},\"total_us\":{},\"ttfc_samples_us\":[{}]}}",
         n as f64 / seconds.max(1e-9),
         stats(samples.iter().map(|s| s.ttfc_us).collect()),
         stats(samples.iter().map(|s| s.total_us).collect()),
+        ttfc_samples.join(","),
     );
 }
