@@ -47,8 +47,8 @@ pub struct RoutingParams {
 }
 
 impl Default for RoutingParams {
-    /// The defaults chosen with `sturnus simulate` (see docs/routing.md): the seed's 0.3 and 3
-    /// became 0.4 and 6 once the waiting age kept a sharper choice from herding.
+    /// The defaults chosen with `sturnus simulate` (see docs/routing.md): with the waiting age,
+    /// a sharper exponent and a faster EWMA win every incident scenario without herding.
     fn default() -> Self {
         Self {
             ewma_alpha: 0.4,
