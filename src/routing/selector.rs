@@ -48,7 +48,8 @@ pub struct RoutingParams {
 
 impl Default for RoutingParams {
     /// The defaults chosen with `sturnus simulate` (see docs/routing.md): with the waiting age,
-    /// a sharper exponent and a faster EWMA win every incident scenario without herding.
+    /// a sharp exponent and a fast EWMA win the incident scenarios, and the congestion discount
+    /// keeps them from herding.
     fn default() -> Self {
         Self {
             ewma_alpha: 0.4,
