@@ -57,6 +57,9 @@ pub struct Alias {
     stats: Vec<Arc<CandidateStats>>,
     /// The same candidates' rendezvous identities, in the same order.
     identities: Vec<u64>,
+    /// The shares the alias's conversation keys are picked over, smoothed across its keyed
+    /// picks, in the same order.
+    smoothed: Vec<routing::SmoothedShare>,
 }
 
 impl Alias {
@@ -88,6 +91,7 @@ impl Alias {
         let keyed = conversation.map(|key| routing::Keyed {
             key,
             identities: &self.identities,
+            smoothed: &self.smoothed,
         });
         routing::choose_available_keyed(
             &self.stats,
@@ -193,6 +197,7 @@ impl Catalog {
                 name: alias.name.clone(),
                 stats: members.iter().map(|c| c.stats.clone()).collect(),
                 identities: members.iter().map(|c| c.identity).collect(),
+                smoothed: members.iter().map(|_| Default::default()).collect(),
                 candidates: members,
             });
         }

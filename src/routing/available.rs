@@ -56,9 +56,12 @@ pub fn choose_available_keyed<C: AsRef<CandidateStats>>(
             .filter_map(|&i| k.identities.get(i).copied())
             .collect()
     });
+    // While a candidate is out, a key is picked over the current shares of the others: the
+    // alias's smoothed shares are kept per candidate of the whole list.
     let keyed = keyed.map(|k| Keyed {
         key: k.key,
         identities: &identities,
+        smoothed: &[],
     });
     let choice = choose_keyed(&subset, mode, pinned, keyed, params, rng)?;
     Some(Choice {
@@ -219,6 +222,7 @@ mod tests {
             let keyed = Some(Keyed {
                 key,
                 identities: &ids,
+                smoothed: &[],
             });
             choose_available_keyed(
                 &cands,

@@ -13,6 +13,7 @@
 //! candidate's waiting requests or `Retry-After` back-off make the time matter.
 
 use super::attempt::Mode;
+use super::keyed_shares::SmoothedShare;
 use super::pressure::now_us;
 use super::rng::RngSource;
 use super::tracker::{CandidateStats, Snapshot};
@@ -491,20 +492,25 @@ pub fn choose_at<C: AsRef<CandidateStats>>(
     choose_keyed_at(cands, mode, pinned, None, params, now_us, rng)
 }
 
-/// A conversation's key and the candidates' stable identities (in the candidates' order):
-/// what turns the weighted pick into a weighted rendezvous pick over the same shares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A conversation's key, the candidates' stable identities and the alias's smoothed shares (in
+/// the candidates' order): what turns the weighted pick into a weighted rendezvous pick over
+/// the same shares.
+#[derive(Debug, Clone, Copy)]
 pub struct Keyed<'a> {
     /// The conversation key (`body::Inspected::conversation_key`).
     pub key: u64,
     /// One identity per candidate, the same on every sidecar ([`super::rendezvous::identity`]).
     pub identities: &'a [u64],
+    /// One smoothed share per candidate ([`super::keyed_shares`]); any other length (empty)
+    /// picks over the current shares as they are.
+    pub smoothed: &'a [SmoothedShare],
 }
 
 /// [`choose`] for a request that may carry a conversation key: with one, the candidate is the
 /// key's weighted rendezvous pick ([`super::rendezvous`]) over the shares [`choose`] draws
-/// from, so a conversation stays on one candidate while the shares hold and every candidate
-/// still gets its share of conversations. A pin still wins; without a key this is [`choose`].
+/// from, smoothed across the alias's keyed picks ([`super::keyed_shares`]), so a conversation
+/// stays on one candidate while the shares hold and every candidate still gets its share of
+/// conversations. A pin still wins; without a key this is [`choose`].
 pub fn choose_keyed<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
@@ -581,7 +587,13 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         let floor = params.probe_floor;
         let shares = stakes.iter().map(|s| s.share(floor));
         let rendezvous = keyed.and_then(|k| {
-            let candidates = k.identities.iter().copied().zip(shares.clone());
+            let smoothed = (k.smoothed.len() == cands.len()).then_some(k.smoothed);
+            let candidates = k.identities.iter().zip(shares.clone()).enumerate().map(
+                |(i, (&identity, share))| match smoothed {
+                    Some(cells) => (identity, cells[i].follow(mode, share)),
+                    None => (identity, share),
+                },
+            );
             super::rendezvous::pick_by(k.key, candidates)
         });
         rendezvous.unwrap_or_else(|| draw(shares, rng.next_f64()))
@@ -633,6 +645,7 @@ pub fn shares_for_at<C: AsRef<CandidateStats>>(
 #[cfg(test)]
 mod tests {
     use super::super::attempt::Outcome;
+    use super::super::keyed_shares::KEYED_SMOOTHING;
     use super::super::rng::SplitMix64;
     use super::*;
     use std::sync::Arc;
@@ -997,7 +1010,91 @@ mod tests {
         Some(Keyed {
             key,
             identities: &IDS,
+            smoothed: &[],
         })
+    }
+
+    fn keyed_smoothed(key: u64, smoothed: &[SmoothedShare]) -> Option<Keyed<'_>> {
+        Some(Keyed {
+            key,
+            identities: &IDS,
+            smoothed,
+        })
+    }
+
+    #[test]
+    fn a_keyed_pick_follows_the_shares_smoothed_across_picks() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(5);
+        let cands = vec![
+            stats(Some(100.0), 0),
+            stats(Some(100.0), 0),
+            stats(Some(120.0), 0),
+        ];
+        let keys: Vec<u64> = conversation_keys(3000).collect();
+        // One alias's cells per key, so that each key's pick sees exactly the smoothing below.
+        let cells: Vec<[SmoothedShare; 3]> = keys.iter().map(|_| Default::default()).collect();
+        let pick = |key, cells: &[SmoothedShare], rng: &mut SplitMix64| {
+            let c = choose_keyed_at(
+                &cands,
+                Mode::NonStreaming,
+                None,
+                keyed_smoothed(key, cells),
+                &p,
+                0,
+                rng,
+            );
+            c.map_or(9, |c| c.index)
+        };
+        let rendezvous = |key, shares: &[f64]| {
+            super::super::rendezvous::pick_by(key, IDS.into_iter().zip(shares.iter().copied()))
+        };
+        // The first pick takes the shares as they are.
+        let before_shares = shares_for_at(&cands, Mode::NonStreaming, &p, 0);
+        for (k, c) in keys.iter().zip(&cells) {
+            assert_eq!(Some(pick(*k, c, &mut rng)), rendezvous(*k, &before_shares));
+        }
+        // Candidate 0 fails twice: the next pick moves each smoothed share a third of the way.
+        for _ in 0..2 {
+            cands[0].record_outcome(Outcome::Failure, p.ewma_alpha);
+        }
+        let after_shares = shares_for_at(&cands, Mode::NonStreaming, &p, 0);
+        let partway: Vec<f64> = before_shares
+            .iter()
+            .zip(&after_shares)
+            .map(|(b, a)| b + KEYED_SMOOTHING * (a - b))
+            .collect();
+        let mut moved_smoothed = 0;
+        let mut moved_at_once = 0;
+        for (k, c) in keys.iter().zip(&cells) {
+            let got = pick(*k, c, &mut rng);
+            assert_eq!(Some(got), rendezvous(*k, &partway), "key {k}");
+            let was = rendezvous(*k, &before_shares);
+            moved_smoothed += usize::from(Some(got) != was);
+            moved_at_once += usize::from(rendezvous(*k, &after_shares) != was);
+        }
+        assert!(
+            moved_smoothed > 0 && moved_smoothed < moved_at_once,
+            "{moved_smoothed} vs {moved_at_once}"
+        );
+        // A few picks later the conversations have left the failing candidate.
+        let mut last = Vec::new();
+        for _ in 0..12 {
+            last = keys
+                .iter()
+                .zip(&cells)
+                .map(|(k, c)| pick(*k, c, &mut rng))
+                .collect();
+        }
+        let still = last.iter().filter(|&&i| i == 0).count();
+        let at_once = keys
+            .iter()
+            .filter(|&&k| rendezvous(k, &after_shares) == Some(0))
+            .count();
+        assert!(
+            still <= at_once + 30,
+            "{still} stayed, {at_once} with the shares"
+        );
     }
 
     #[test]
@@ -1093,6 +1190,7 @@ mod tests {
         let short = Some(Keyed {
             key: 7,
             identities: &IDS[..2],
+            smoothed: &[],
         });
         let picks: std::collections::HashSet<usize> = (0..200)
             .filter_map(|_| {

@@ -116,6 +116,8 @@ pub struct Sturnus {
     waiting: Vec<Vec<WaitGuard>>,
     /// The candidates' rendezvous identities.
     identities: Vec<u64>,
+    /// The shares keyed picks are made over, smoothed across them (as the proxy's alias).
+    smoothed: Vec<routing::SmoothedShare>,
     variant: Variant,
 }
 
@@ -138,6 +140,7 @@ impl Sturnus {
             identities: (0..n)
                 .map(|i| routing::rendezvous::identity(&format!("provider-{i}/model")))
                 .collect(),
+            smoothed: (0..n).map(|_| Default::default()).collect(),
             variant,
         }
     }
@@ -167,6 +170,7 @@ impl Strategy for Sturnus {
             .map(|t| routing::Keyed {
                 key: t.key(),
                 identities: &self.identities,
+                smoothed: &self.smoothed,
             });
         let params = &self.variant.params;
         routing::choose_keyed_at(&self.stats, MODE, None, keyed, params, now, rng)
