@@ -135,7 +135,7 @@ def nearest_rank(sorted_values, p):
 
 
 def pooled_ttfc(records):
-    """Time-to-first-chunk percentiles over every round's requests together.
+    """Time-to-first-chunk p99 over every round's requests together.
 
     One round's p99 is its slowest one or two requests; pooling the rounds puts several
     hundred samples under the tail percentile."""
@@ -144,7 +144,6 @@ def pooled_ttfc(records):
         return {}
     return {
         "ttfc_pooled_samples": len(samples),
-        "ttfc_pooled_p50_ms": nearest_rank(samples, 50) / 1000,
         "ttfc_pooled_p99_ms": nearest_rank(samples, 99) / 1000,
     }
 

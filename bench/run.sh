@@ -13,7 +13,8 @@
 #
 # The machine may be shared: every scenario runs BENCH_ROUNDS times (default 5), targets
 # interleaved with the pass-through and sturnus back to back, and the summary takes the median
-# of each figure over the rounds; the targets are judged on the median of the per-round ratios.
+# of each figure over the rounds; the targets are judged on the median of the per-round ratios,
+# time to first chunk on the p99 of every round's requests together.
 # The busy time other processes took on the proxy core is reported next to each run.
 #
 # Environment: BENCH_SECONDS (measured seconds per run, default 4), BENCH_WARMUP (default 1),
