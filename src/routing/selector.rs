@@ -174,20 +174,31 @@ impl Score {
 enum Stake {
     /// Backed off: no weight and no share, not even the probe floor.
     Out,
-    /// A raw weight, then a share, still scaled with the others.
+    /// A raw weight; its share is the weight times the [`Split`]'s scale.
     In(f64),
-    /// Held at the probe floor while the others are scaled.
+    /// Held at the probe floor.
     Floored,
 }
 
+/// How an alias's stakes become shares: an [`Stake::In`] weight times `scale`, a
+/// [`Stake::Floored`] one the probe floor. Keeping the raw weights and one scale saves a
+/// normalising pass over the candidates on every pick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Split {
+    /// What every free weight is multiplied by.
+    scale: f64,
+    /// The share of a floored candidate.
+    floor: f64,
+}
+
 impl Stake {
-    /// The share this stake ends as, the probe floor being `floor`.
+    /// The share this stake ends as under `split`.
     #[inline]
-    fn share(self, floor: f64) -> f64 {
+    fn share(self, split: Split) -> f64 {
         match self {
             Stake::Out => 0.0,
-            Stake::In(share) => share,
-            Stake::Floored => floor,
+            Stake::In(weight) => weight * split.scale,
+            Stake::Floored => split.floor,
         }
     }
 }
@@ -208,7 +219,8 @@ fn score(s: &Snapshot, k: f64) -> Score {
     };
     let backed_off = s.backed_off;
     match s.latency_us {
-        Some(lat) if lat.is_finite() && lat >= 0.0 => {
+        // Finite and not negative (NaN fails both comparisons).
+        Some(lat) if (0.0..f64::INFINITY).contains(&lat) => {
             let lat = match s.wait_age_us {
                 Some(age) if WAIT_AGE_FACTOR * age > lat => WAIT_AGE_FACTOR * age,
                 _ => lat,
@@ -242,7 +254,7 @@ fn discounted(speed: f64, d: f64, f: f64, k: f64) -> f64 {
 /// The exponent to use: `exploit_k` if finite and >= 0, else the default.
 #[inline]
 fn sane_k(k: f64) -> f64 {
-    if k.is_finite() && k >= 0.0 {
+    if (0.0..f64::INFINITY).contains(&k) {
         k
     } else {
         RoutingParams::default().exploit_k
@@ -293,9 +305,9 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
         for (score_of, snap) in scores.iter_mut().zip(snaps) {
             *score_of = score(snap, k);
         }
-        share_out(scores, params, stakes);
+        let split = share_out(scores, params, stakes);
         for (o, stake) in out.iter_mut().zip(stakes.iter()) {
-            *o = stake.share(params.probe_floor);
+            *o = stake.share(split);
         }
     });
 }
@@ -312,39 +324,70 @@ pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
             *score_of = score(snap, k);
         }
         weigh(scores, params, stakes);
+        let raw = Split {
+            scale: 1.0,
+            floor: 0.0,
+        };
         for (o, stake) in out.iter_mut().zip(stakes.iter()) {
-            *o = stake.share(0.0);
+            *o = stake.share(raw);
         }
     });
 }
 
-/// Scores become raw weights in `out` (same length); returns the weights' sum.
+/// What [`weigh`] found besides the weights: their sum, how many candidates take part and
+/// the smallest weight among them (what decides whether the probe floor applies).
+#[derive(Debug, Clone, Copy)]
+struct Weighed {
+    /// The weights' sum.
+    sum: f64,
+    /// Candidates that are not [`Stake::Out`].
+    count: usize,
+    /// The smallest weight of those.
+    min: f64,
+}
+
+/// Scores become raw weights in `out` (same length).
 ///
 /// What a back-off does to the shares is decided here and nowhere else: a backed-off
 /// candidate is [`Stake::Out`], unless every candidate is backed off, when back-off is ignored
 /// rather than routing nowhere. (A pin to a backed-off candidate is not honoured: the pin rule,
 /// in [`choose_keyed_at`].)
-fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> f64 {
-    let honour_back_off = scores.iter().any(|s| !s.backed_off());
-    let takes_part = |s: Score| !(honour_back_off && s.backed_off());
+fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Weighed {
     let k = sane_k(params.exploit_k);
     let int_k = (k <= 64.0 && f64::from(k as u32) == k).then_some(k as u32);
     let pow = |ratio: f64| match int_k {
         Some(e) => pow_u32(ratio, e),
         None => ratio.powf(k),
     };
-    let best = scores.iter().fold(0.0f64, |b, &s| match s {
-        Score::Warm { speed, .. } if takes_part(s) => b.max(speed),
-        _ => b,
-    });
+    // One pass for what the weights are relative to: whether back-off is honoured (some
+    // candidate is not backed off) and the best speed among the candidates taking part.
+    let (mut honour_back_off, mut best_free, mut best_any) = (false, 0.0f64, 0.0f64);
+    for &s in scores {
+        let free = !s.backed_off();
+        honour_back_off |= free;
+        // Speeds are never NaN (see [`score`]), so plain comparisons do.
+        if let Score::Warm { speed, .. } = s {
+            if speed > best_any {
+                best_any = speed;
+            }
+            if free && speed > best_free {
+                best_free = speed;
+            }
+        }
+    }
+    let best = if honour_back_off { best_free } else { best_any };
     // With nothing warm, cold candidates split evenly (scaled by success^k, so one that keeps
     // failing before any response still yields); otherwise a cold one probes at a quarter of
     // the best's weight, scaled the same way. The best warm candidate has weight 1.
     let cold_weight = if best <= 0.0 { 1.0 } else { COLD_WEIGHT };
     let inv_best = if best <= 0.0 { 0.0 } else { 1.0 / best };
-    let mut sum = 0.0;
+    let mut weighed = Weighed {
+        sum: 0.0,
+        count: 0,
+        min: f64::INFINITY,
+    };
     for (o, &s) in out.iter_mut().zip(scores) {
-        if !takes_part(s) {
+        if honour_back_off && s.backed_off() {
             *o = Stake::Out;
             continue;
         }
@@ -354,90 +397,80 @@ fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> f64 {
             Score::Warm { speed, .. } if speed == best => 1.0,
             Score::Warm { speed, .. } => pow((speed * inv_best).min(1.0)),
         };
-        sum += weight;
+        weighed.sum += weight;
+        weighed.count += 1;
+        if weight < weighed.min {
+            weighed.min = weight;
+        }
         *o = Stake::In(weight);
     }
-    sum
+    weighed
 }
 
-/// Scores become shares in `out` (same length; read each with [`Stake::share`] and the probe
-/// floor): the one path behind [`shares`] and the picks.
-fn share_out(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) {
-    let sum = weigh(scores, params, out);
-    if sum > 0.0 {
-        // Normalise; the floor pass is only needed if some share fell below the floor.
-        let inv_sum = 1.0 / sum;
-        let mut min = f64::INFINITY;
-        for o in out.iter_mut() {
-            if let Stake::In(share) = o {
-                *share *= inv_sum;
-                min = min.min(*share);
-            }
-        }
-        if min < params.probe_floor {
-            apply_floor(out, params.probe_floor);
+/// Scores become stakes in `out` (same length) and the [`Split`] that turns them into shares
+/// summing to 1: the one path behind [`shares`] and the picks.
+fn share_out(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Split {
+    let weighed = weigh(scores, params, out);
+    let floor = params.probe_floor;
+    if weighed.sum > 0.0 {
+        let scale = 1.0 / weighed.sum;
+        // The floor pass is only needed if some share falls below the floor.
+        if weighed.min * scale < floor {
+            apply_floor(out, floor, weighed)
+        } else {
+            Split { scale, floor }
         }
     } else {
         // Every weight underflowed to 0 (or there is no candidate): split evenly.
-        even_split(out);
+        even_split(out, floor)
     }
 }
 
 /// Equal shares for every candidate that is not [`Stake::Out`].
-fn even_split(out: &mut [Stake]) {
-    let m = out.iter().filter(|s| **s != Stake::Out).count().max(1);
+fn even_split(out: &mut [Stake], floor: f64) -> Split {
+    let mut count = 0usize;
     for s in out.iter_mut().filter(|s| **s != Stake::Out) {
-        *s = Stake::In(1.0 / m as f64);
+        *s = Stake::In(1.0);
+        count += 1;
+    }
+    Split {
+        scale: 1.0 / count.max(1) as f64,
+        floor,
     }
 }
 
-/// Raises normalised shares below `floor` to it ([`Stake::Floored`]) and scales the rest down
-/// proportionally, until stable. [`Stake::Out`] candidates take no part.
-fn apply_floor(out: &mut [Stake], floor: f64) {
-    let m = out.iter().filter(|s| **s != Stake::Out).count();
-    if floor.is_nan() || floor <= 0.0 || m == 0 {
-        return;
-    }
-    if m as f64 * floor >= 1.0 {
-        even_split(out);
-        return;
+/// Holds weights whose share would fall below `floor` at it ([`Stake::Floored`]) and scales
+/// the rest to fill what is left, until stable; `weighed` is what [`weigh`] found.
+/// [`Stake::Out`] candidates take no part.
+fn apply_floor(out: &mut [Stake], floor: f64, weighed: Weighed) -> Split {
+    if weighed.count as f64 * floor >= 1.0 {
+        return even_split(out, floor);
     }
     let mut fixed = 0usize;
-    let mut free_sum: f64 = out
-        .iter()
-        .filter_map(|s| match s {
-            Stake::In(share) => Some(*share),
-            _ => None,
-        })
-        .sum();
-    // Each round fixes at least one more candidate or finishes, so m + 1 rounds suffice.
-    for _ in 0..=m {
-        // free_sum includes the largest share (never fixed), so it stays well away from 0.
+    let mut free_sum = weighed.sum;
+    // Each round fixes at least one more candidate or finishes, so count + 1 rounds suffice.
+    for _ in 0..=weighed.count {
+        // free_sum includes the largest weight (never fixed), so it stays well away from 0.
         let scale = (1.0 - fixed as f64 * floor) / free_sum;
         let mut changed = false;
         for s in out.iter_mut() {
-            if let Stake::In(share) = *s {
-                if share * scale < floor {
+            if let Stake::In(weight) = *s {
+                if weight * scale < floor {
                     fixed += 1;
-                    free_sum -= share;
+                    free_sum -= weight;
                     *s = Stake::Floored;
                     changed = true;
                 }
             }
         }
         if !changed {
-            for s in out.iter_mut() {
-                if let Stake::In(share) = s {
-                    *share *= scale;
-                }
-            }
-            return;
+            return Split { scale, floor };
         }
         if free_sum <= 0.0 {
             break; // unreachable in exact arithmetic; fall back to the even split
         }
     }
-    even_split(out);
+    even_split(out, floor)
 }
 
 /// Index whose cumulative share interval contains `r` (uniform in [0, 1)). Negative/NaN shares
@@ -519,12 +552,10 @@ pub fn choose_keyed<C: AsRef<CandidateStats>>(
     params: &RoutingParams,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
-    let now = if cands.iter().any(|c| c.as_ref().needs_time()) {
-        now_us()
-    } else {
-        0 // unused: no candidate has waiting requests or a back-off deadline
-    };
-    choose_keyed_at(cands, mode, pinned, keyed, params, now, rng)
+    // The clock is read once, and only when some candidate's score depends on the time.
+    let mut now = None;
+    let mut clock = || *now.get_or_insert_with(now_us);
+    choose_with_clock(cands, mode, pinned, keyed, params, &mut clock, rng)
 }
 
 /// [`choose_keyed`] at an explicit time `now_us`. A key whose identities do not match the
@@ -538,11 +569,26 @@ pub fn choose_keyed_at<C: AsRef<CandidateStats>>(
     now_us: u64,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
+    choose_with_clock(cands, mode, pinned, keyed, params, &mut || now_us, rng)
+}
+
+/// [`choose_keyed_at`] with the time from `clock`, called only for a candidate whose score
+/// depends on it (waiting requests, a back-off deadline, an announced quota).
+fn choose_with_clock<C: AsRef<CandidateStats>>(
+    cands: &[C],
+    mode: Mode,
+    pinned: Option<usize>,
+    keyed: Option<Keyed<'_>>,
+    params: &RoutingParams,
+    clock: &mut impl FnMut() -> u64,
+    rng: &mut impl RngSource,
+) -> Option<Choice> {
     let keyed = keyed.filter(|k| k.identities.len() == cands.len());
     if let Some(i) = pinned {
         if let Some(c) = cands.get(i) {
             let c = c.as_ref();
-            if c.error_rate() <= params.error_threshold && !c.backed_off(now_us) {
+            let backed_off = c.needs_time() && c.backed_off(clock());
+            if c.error_rate() <= params.error_threshold && !backed_off {
                 return Some(Choice {
                     index: i,
                     pinned_honoured: true,
@@ -553,7 +599,7 @@ pub fn choose_keyed_at<C: AsRef<CandidateStats>>(
     let index = match cands.len() {
         0 => return None,
         1 => 0,
-        _ => weighted_pick(cands, mode, params, now_us, keyed, rng),
+        _ => weighted_pick(cands, mode, params, clock, keyed, rng),
     };
     Some(Choice {
         index,
@@ -568,7 +614,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
     params: &RoutingParams,
-    now_us: u64,
+    clock: &mut impl FnMut() -> u64,
     keyed: Option<Keyed<'_>>,
     rng: &mut impl RngSource,
 ) -> usize {
@@ -578,14 +624,13 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
             let c = c.as_ref();
             // The time-dependent signals are read only when the candidate has any.
             *score_of = if c.needs_time() {
-                score(&c.snapshot_at(mode, now_us), k)
+                score(&c.snapshot_at(mode, clock()), k)
             } else {
                 score(&c.snapshot(mode), k)
             };
         }
-        share_out(scores, params, stakes);
-        let floor = params.probe_floor;
-        let shares = stakes.iter().map(|s| s.share(floor));
+        let split = share_out(scores, params, stakes);
+        let shares = stakes.iter().map(|s| s.share(split));
         let rendezvous = keyed.and_then(|k| {
             let smoothed = (k.smoothed.len() == cands.len()).then_some(k.smoothed);
             let candidates = k.identities.iter().zip(shares.clone()).enumerate().map(
