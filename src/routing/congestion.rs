@@ -92,13 +92,13 @@ pub const SPREAD_ALPHA: f64 = 0.02;
 pub const JITTER_RANGE: (f64, f64) = (0.1, 0.6);
 
 /// Queueing above the reference (as a fraction of it) the discount steers towards.
-pub const TARGET: f64 = 0.15;
+pub const TARGET: f64 = 0.08;
 
 /// Discount added per answer per unit of excess above [`TARGET`].
 pub const GAIN: f64 = 0.3;
 
 /// Discount taken off per answer per unit below [`TARGET`].
-pub const RELIEF: f64 = 2.0;
+pub const RELIEF: f64 = 4.0;
 
 /// Largest discount (weight × e^-8 ≈ 0.03%; a candidate 1.75× faster has e^(6 ln 1.75) ≈ 29×
 /// the weight, so the discount must reach well past 3.4 to hand its traffic over).
@@ -301,7 +301,7 @@ mod tests {
             answer(&c, 280_000.0);
         }
         assert!(c.discount(NS) > 3.0, "{}", c.discount(NS));
-        // Back at the floor: RELIEF x TARGET = 0.3 off per answer clears it.
+        // Back at the floor: RELIEF x TARGET = 0.32 off per answer clears it.
         for _ in 0..30 {
             answer(&c, 200_000.0);
         }
@@ -345,11 +345,13 @@ mod tests {
                 count += 1.0;
             }
         }
-        // On average the envelope times LOW_RATIO is the level: no excess, no discount.
+        // On average the envelope times LOW_RATIO is the level: no excess, and only the small
+        // discount the jitter's excursions above the target leave (mean about 0.06: weight
+        // x 0.94).
         let ratio = ratio / count;
         assert!((ratio - 1.0).abs() < 0.03, "{ratio}");
         let d = d / count;
-        assert!(d < 0.05, "{d}");
+        assert!(d < 0.1, "{d}");
         // The envelope sits near the 0.4% quantile, e^(-2.65 x 0.25) of the median.
         let (_, low) = level_and_low(&c);
         assert!((low / 200_000.0 - 0.515).abs() < 0.08, "{low}");
@@ -358,7 +360,8 @@ mod tests {
     #[test]
     fn a_more_erratic_candidate_does_not_read_as_queued() {
         // Jitter σ = 0.35 instead of 0.25: the envelope sits further below the level, and the
-        // measured jitter scales the ratio so that no discount builds up.
+        // measured jitter scales the ratio so that no lasting discount builds up (the larger
+        // excursions leave a mean of about 0.12: weight x 0.89).
         let c = Congestion::default();
         let mut rng = SplitMix64::new(5);
         let mut d = 0.0;
@@ -370,7 +373,7 @@ mod tests {
             }
         }
         let d = d / 18_000.0;
-        assert!(d < 0.05, "{d}");
+        assert!(d < 0.15, "{d}");
         let sigma = load(&c.log_var[NS.slot()]).unwrap_or(0.0).sqrt();
         assert!((sigma - 0.35).abs() < 0.05, "{sigma}");
         // With the ratio fixed at σ = 0.25's the same answers would read about 35% queued.
