@@ -200,26 +200,28 @@ async fn affinity_pins_until_the_candidate_breaks() {
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.headers()["x-session-affinity"], "b/mb");
     }
-    // Once b fails repeatedly the pin breaks and the answer names the new candidate.
+    // Once b fails repeatedly the pin breaks and the answer names the new candidate. Routing
+    // still sends b its probe share (1%), so the last requests are counted, not the last one.
     b.behaviour.set_fault(Fault::Status(503));
-    let mut to_b = 0;
-    let mut last = String::new();
+    let mut named = Vec::new();
     for _ in 0..12 {
         let resp = pinned(&proxy, "b/mb").await;
-        last = resp.headers()["x-session-affinity"]
+        let affinity = resp.headers()["x-session-affinity"]
             .to_str()
             .unwrap()
             .to_string();
-        if last == "b/mb" {
+        if affinity == "b/mb" {
             assert_eq!(resp.status(), 503);
-            to_b += 1;
         }
+        named.push(affinity);
     }
+    let to_b = named.iter().filter(|n| *n == "b/mb").count();
     assert!(
         (1..=5).contains(&to_b),
-        "b got {to_b} pinned requests while failing"
+        "b got {to_b} pinned requests while failing: {named:?}"
     );
-    assert_eq!(last, "a/ma");
+    let to_a_at_the_end = named[6..].iter().filter(|n| *n == "a/ma").count();
+    assert!(to_a_at_the_end >= 5, "{named:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
