@@ -36,9 +36,8 @@
 //! makes each sidecar weigh a provider by the latency *more* traffic would get there rather
 //! than by the average it gets now. A candidate whose latency does not grow with load (a
 //! hosted API, a provider that is simply slower) keeps at most the small discount its jitter's
-//! excursions above the target leave; one that
-//! answers errors is left to the success rate: only successful answers feed it, since a fast
-//! 503 is not a short queue.
+//! excursions above the target leave; one that answers errors is left to the success rate:
+//! only successful answers feed it, since a fast 503 is not a short queue.
 
 use super::attempt::Mode;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
