@@ -56,6 +56,8 @@ impl Built {
 /// running instance.
 pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
     let conf = server_conf(&opt)?;
+    // Every sidecar of the fleet lulls the same candidate at the same moment.
+    crate::routing::lull::align_to_wall_clock();
     // The file is loaded above; Pingora would only warn that it ignores it.
     opt.conf = None;
     let upgrade = opt.upgrade;

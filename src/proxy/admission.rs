@@ -8,6 +8,7 @@ use crate::api::{respond, ApiError};
 use crate::app::App;
 use crate::body;
 use crate::providers::Provider;
+use crate::routing::lull::Slot;
 use crate::routing::{ErrorKind, Mode};
 use bytes::Bytes;
 use pingora_core::upstreams::peer::HttpPeer;
@@ -157,6 +158,10 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         inflight: candidate.stats.begin_owned(),
         candidate: std::sync::Arc::clone(candidate),
         mode,
+        slot: Slot {
+            index: choice.index,
+            of: alias.candidates.len(),
+        },
         path_and_query,
         body_len: spliced_len,
     });

@@ -5,6 +5,7 @@ use crate::budget::Reservation;
 use crate::catalog::Candidate;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
+use crate::routing::lull::Slot;
 use crate::routing::{ErrorKind, Mode, OwnedInflightGuard, WaitGuard};
 use pingora::http::RequestHeader;
 use std::sync::Arc;
@@ -18,6 +19,8 @@ pub struct Route {
     pub candidate: Arc<Candidate>,
     /// Streaming or not (from the body's `"stream": true`).
     pub mode: Mode,
+    /// The candidate's place in its alias's lull rotation.
+    pub slot: Slot,
     /// Upstream path and query.
     pub path_and_query: String,
     /// Length of the spliced body sent upstream.

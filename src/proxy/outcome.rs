@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::observe::access_log::{millis, AccessRecord, Verdict};
 use crate::observe::trace;
 use crate::providers::{prompt_cache, ratelimit};
-use crate::routing::{now_us, ErrorKind, Outcome, RoutingParams};
+use crate::routing::{lull, now_us, ErrorKind, Outcome, RoutingParams};
 use pingora::http::ResponseHeader;
 use pingora_core::{Error, ErrorSource};
 use pingora_proxy::Session;
@@ -145,10 +145,14 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
     if let (Some(route), Some(sent)) = (&ctx.route, ctx.sent_at) {
         let seconds = now.duration_since(sent).as_secs_f64();
         let (stats, alpha) = (&route.candidate.stats, app.catalog.params.ewma_alpha);
+        let micros = seconds * 1e6;
+        let sent_us = now_us().saturating_sub(micros as u64);
         if app.config.routing.prefix_affinity && prompt_cache::reports_hit(chunk) {
-            stats.record_cached_latency(route.mode, seconds * 1e6, alpha);
+            stats.record_cached_latency(route.mode, micros, alpha);
+        } else if lull::unqueued_sample(sent_us, route.slot) {
+            stats.record_lull_latency(route.mode, micros, alpha);
         } else {
-            stats.record_latency(route.mode, seconds * 1e6, alpha);
+            stats.record_latency(route.mode, micros, alpha);
         }
         route.metrics.first_chunk(seconds);
     }

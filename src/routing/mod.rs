@@ -23,6 +23,7 @@ pub mod attempt;
 pub mod available;
 pub mod congestion;
 pub mod keyed_shares;
+pub mod lull;
 pub mod pressure;
 pub mod quota;
 pub mod rendezvous;

@@ -10,7 +10,8 @@
 //! same shares instead of a random draw.
 //! [`choose_at`] / [`shares_for_at`] take the time explicitly (the simulator's virtual clock);
 //! [`choose`] / [`shares_for`] read the monotonic routing clock ([`now_us`]), and only when a
-//! candidate's waiting requests or `Retry-After` back-off make the time matter.
+//! candidate's waiting requests or `Retry-After` back-off, or an unkeyed pick's lulls
+//! ([`super::lull`]), make the time matter.
 
 use super::attempt::Mode;
 use super::keyed_shares::SmoothedShare;
@@ -619,15 +620,24 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     rng: &mut impl RngSource,
 ) -> usize {
     let k = sane_k(params.exploit_k);
+    // Conversations keep their candidate through lulls: moving one costs its cache.
+    let lulled = match keyed {
+        None => super::lull::lulled(clock(), cands.len()),
+        Some(_) => None,
+    };
     with_scratch(cands.len(), |scores, stakes| {
-        for (score_of, c) in scores.iter_mut().zip(cands) {
+        for (i, (score_of, c)) in scores.iter_mut().zip(cands).enumerate() {
             let c = c.as_ref();
             // The time-dependent signals are read only when the candidate has any.
-            *score_of = if c.needs_time() {
-                score(&c.snapshot_at(mode, clock()), k)
+            let mut snap = if c.needs_time() {
+                c.snapshot_at(mode, clock())
             } else {
-                score(&c.snapshot(mode), k)
+                c.snapshot(mode)
             };
+            if lulled == Some(i) && c.takes_lulls() {
+                snap.discount += super::lull::DISCOUNT;
+            }
+            *score_of = score(&snap, k);
         }
         let split = share_out(scores, params, stakes);
         let shares = stakes.iter().map(|s| s.share(split));
@@ -1284,6 +1294,66 @@ mod tests {
     }
 
     #[test]
+    fn a_lull_lightens_its_candidate_in_unkeyed_picks_only() {
+        use super::super::lull::{DISCOUNT, SETTLE_US, WINDOW_US};
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(21);
+        let n = 20_000;
+        let share_of_first = |cands: &[Arc<CandidateStats>], at: u64, rng: &mut SplitMix64| {
+            let first = (0..n)
+                .filter(|_| {
+                    choose_at(cands, Mode::NonStreaming, None, &p, at, rng)
+                        .is_some_and(|c| c.index == 0)
+                })
+                .count();
+            first as f64 / n as f64
+        };
+        // Two equal candidates; the first one's lull runs from 0 to WINDOW_US (offset 0 here).
+        let cands = vec![stats(Some(100.0), 0), stats(Some(100.0), 0)];
+        let lightened = (-DISCOUNT).exp();
+        let expected = lightened / (1.0 + lightened);
+        let during = share_of_first(&cands, SETTLE_US, &mut rng);
+        assert!((during - expected).abs() < 0.015, "{during} vs {expected}");
+        let after = share_of_first(&cands, WINDOW_US, &mut rng);
+        assert!((after - 0.5).abs() < 0.015, "{after}");
+        // The seed's tracker keeps no discount, and no lull either.
+        let seed: Vec<_> = (0..2)
+            .map(|_| {
+                let s = Arc::new(CandidateStats::without_congestion());
+                s.record_latency(Mode::NonStreaming, 100.0, 1.0);
+                s
+            })
+            .collect();
+        let during = share_of_first(&seed, SETTLE_US, &mut rng);
+        assert!((during - 0.5).abs() < 0.015, "{during}");
+        // A conversation keeps its candidate through the lull.
+        let identities = [1u64, 2];
+        let keys_on_first = |at: u64| {
+            conversation_keys(2_000)
+                .filter(|&key| {
+                    let keyed = Keyed {
+                        key,
+                        identities: &identities,
+                        smoothed: &[],
+                    };
+                    let mut rng = SplitMix64::new(1);
+                    choose_keyed_at(
+                        &cands,
+                        Mode::NonStreaming,
+                        None,
+                        Some(keyed),
+                        &p,
+                        at,
+                        &mut rng,
+                    )
+                    .is_some_and(|c| c.index == 0)
+                })
+                .count()
+        };
+        assert_eq!(keys_on_first(SETTLE_US), keys_on_first(WINDOW_US));
+    }
+
+    #[test]
     fn congestion_discount_scales_the_weight_by_e_to_the_minus_d() {
         let queued = Snapshot {
             discount: 1.5,
@@ -1367,20 +1437,25 @@ mod tests {
         let p = RoutingParams::default();
         let mut rng = SplitMix64::new(8);
         let cands = vec![stats(Some(100.0), 0), stats(Some(110.0), 0)];
-        cands[0].back_off_until(1_000);
-        cands[1].back_off_until(1_000);
-        let during = shares_for_at(&cands, Mode::NonStreaming, &p, 500);
+        // After the first lull, so that no candidate is lightened (see `lull`).
+        let t = super::super::lull::WINDOW_US;
+        cands[0].back_off_until(t + 1_000);
+        cands[1].back_off_until(t + 1_000);
+        let during = shares_for_at(&cands, Mode::NonStreaming, &p, t + 500);
         let n = 20_000;
         let first = (0..n)
             .filter(|_| {
-                choose_at(&cands, Mode::NonStreaming, None, &p, 500, &mut rng)
+                choose_at(&cands, Mode::NonStreaming, None, &p, t + 500, &mut rng)
                     .is_some_and(|c| c.index == 0)
             })
             .count();
         let got = first as f64 / n as f64;
         assert!((got - during[0]).abs() < 0.015, "{got} vs {during:?}");
         // The same shares as once the back-off is over.
-        assert_eq!(during, shares_for_at(&cands, Mode::NonStreaming, &p, 1_000));
+        assert_eq!(
+            during,
+            shares_for_at(&cands, Mode::NonStreaming, &p, t + 1_000)
+        );
         assert!(during[1] > 0.1, "{during:?}");
     }
 

@@ -181,11 +181,22 @@ impl CandidateStats {
     /// Fold in a latency sample (µs from sending upstream to the first body chunk).
     /// Non-finite or negative samples are ignored.
     pub fn record_latency(&self, mode: Mode, micros: f64, alpha: f64) {
+        self.record_sample(mode, micros, alpha, false);
+    }
+
+    /// As [`CandidateStats::record_latency`], for a request sent in the candidate's lull
+    /// ([`super::lull::unqueued_sample`]): it also measures the unqueued latency the
+    /// congestion discount is reckoned from.
+    pub fn record_lull_latency(&self, mode: Mode, micros: f64, alpha: f64) {
+        self.record_sample(mode, micros, alpha, true);
+    }
+
+    fn record_sample(&self, mode: Mode, micros: f64, alpha: f64, unqueued: bool) {
         if !micros.is_finite() || micros < 0.0 {
             return;
         }
         ewma_update(&self.latency[mode.slot()], micros, sane_alpha(alpha));
-        self.congestion.sample(mode, micros);
+        self.congestion.sample(mode, micros, unqueued);
     }
 
     /// Fold in the latency of an answer the provider gave from its prompt cache, only if it is
@@ -347,6 +358,12 @@ impl CandidateStats {
     #[inline]
     pub fn congestion_discount(&self, mode: Mode) -> f64 {
         self.congestion.discount(mode)
+    }
+
+    /// Whether the fleet's lulls ([`super::lull`]) lighten this candidate: false for the
+    /// seed's tracker, which keeps no congestion discount to measure with them.
+    pub fn takes_lulls(&self) -> bool {
+        self.congestion_on
     }
 
     /// Latency EWMA in milliseconds for /status; `None` while cold in `mode`.

@@ -11,6 +11,7 @@ use super::clock::{Micros, MS, SEC};
 use super::conversations::Turn;
 use super::provider::{Providers, Reply, Response};
 use super::strategy::Strategy;
+use crate::routing::lull::{self, Slot};
 use crate::routing::{
     self, CandidateStats, ErrorKind, Mode, Outcome, OwnedInflightGuard, QuotaKind, RoutingParams,
     SplitMix64, WaitGuard,
@@ -205,8 +206,14 @@ impl Strategy for Sturnus {
         };
         // As outcome::response_body_filter: the first chunk of any response, error bodies
         // included; with prefix affinity, an answer from the prompt cache only if it is slower.
+        let slot = Slot {
+            index: p,
+            of: self.stats.len(),
+        };
         if response.cached && self.variant.prefix_affinity {
             stats.record_cached_latency(MODE, response.latency as f64, alpha);
+        } else if lull::unqueued_sample(sent, slot) {
+            stats.record_lull_latency(MODE, response.latency as f64, alpha);
         } else {
             stats.record_latency(MODE, response.latency as f64, alpha);
         }
