@@ -105,8 +105,13 @@ async fn traffic_spreads_over_providers_whose_latency_grows_with_their_load() {
         p.behaviour
             .set_latency_per_concurrent(Duration::from_millis(15));
     }
-    let served = drive(&proxy, 600, 12, false).await;
-    let settled = &served[300..];
+    let warm = drive(&proxy, 300, 12, false).await;
+    assert_eq!(warm.len(), 300);
+    // The split is measured between the fleet's lulls (each lightens one candidate for a
+    // moment; the next test shows them).
+    clear_of_lulls(Duration::from_secs(8)).await;
+    let settled = drive(&proxy, 300, 12, false).await;
+    let settled = &settled[..];
     let (to_a, to_b) = (share(settled, "a"), share(settled, "b"));
     assert!(
         to_a > 0.1 && to_b > 0.1,
@@ -114,6 +119,32 @@ async fn traffic_spreads_over_providers_whose_latency_grows_with_their_load() {
     );
     // The faster provider still carries at least its half.
     assert!(to_a >= 0.4, "a {to_a}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lull_lightens_its_candidate_for_a_moment_on_the_wall_clock() {
+    // Two equally fast candidates split the traffic evenly, except during a lull: every
+    // sidecar then sends the candidate whose turn it is e^-1.5 (22%) of its weight, about 18%
+    // of the picks, for 1.5 s of every 20 s (sturnus::routing::lull).
+    let (a, b, proxy) = two_candidates("").await;
+    for p in [&a, &b] {
+        p.behaviour.set_latency(Duration::from_millis(10));
+    }
+    let warm = drive(&proxy, 100, 4, false).await;
+    assert_eq!(warm.len(), 100);
+    let lightened = ["a", "b"][next_lull(2).await as usize];
+    // 0.4 s into the lull; 50 requests of about 10 ms, one at a time (no request waiting at
+    // either candidate to tilt the picks), end well before it.
+    let during = drive(&proxy, 50, 1, false).await;
+    let in_lull = share(&during, lightened);
+    assert!(in_lull < 0.4, "{lightened} kept {in_lull} in its lull");
+    clear_of_lulls(Duration::from_secs(3)).await;
+    let after = drive(&proxy, 200, 4, false).await;
+    let out_of_lull = share(&after, lightened);
+    assert!(
+        out_of_lull > in_lull + 0.1,
+        "{lightened}: {in_lull} in its lull, {out_of_lull} after"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
