@@ -32,6 +32,13 @@ pub const MIN_LATENCY_US: f64 = 1.0;
 /// average: twice the mean waiting age estimates the latency they are getting now.
 pub const WAIT_AGE_FACTOR: f64 = 2.0;
 
+/// Part of the latency EWMA taken off the waiting-age estimate: it counts once it exceeds
+/// 1.5 × the EWMA. One request waiting is anywhere from 0 to its latency old, so twice its age
+/// overshoots that latency half the time, by up to 2×; without the slack that noise charges
+/// every busy candidate a premium and hands its traffic to slower ones. A stall still shows
+/// within about one latency.
+pub const WAIT_AGE_SLACK: f64 = 0.5;
+
 /// Candidate count up to which [`choose`] works entirely on the stack.
 pub const INLINE_CANDIDATES: usize = 16;
 
@@ -207,7 +214,8 @@ impl Stake {
 /// The single scoring function. A warm candidate's speed is `success / latency`, with success
 /// clamped to `[MIN_SUCCESS, 1]` and latency to at least `MIN_LATENCY_US`. The latency is the
 /// EWMA, or [`WAIT_AGE_FACTOR`] times the mean age of the requests still waiting for their
-/// first chunk when that is larger (see [`super::pressure`]). Ratios of speeds are inverse
+/// first chunk less [`WAIT_AGE_SLACK`] times the EWMA, when that is larger (see
+/// [`super::pressure`]). Ratios of speeds are inverse
 /// ratios of effective latencies, and this form needs one division per candidate instead of
 /// two. `k` is the exponent from [`sane_k`].
 #[inline]
@@ -222,8 +230,11 @@ fn score(s: &Snapshot, k: f64) -> Score {
     match s.latency_us {
         // Finite and not negative (NaN fails both comparisons).
         Some(lat) if (0.0..f64::INFINITY).contains(&lat) => {
-            let lat = match s.wait_age_us {
-                Some(age) if WAIT_AGE_FACTOR * age > lat => WAIT_AGE_FACTOR * age,
+            let lat = match s
+                .wait_age_us
+                .map(|age| WAIT_AGE_FACTOR * age - WAIT_AGE_SLACK * lat)
+            {
+                Some(waiting) if waiting > lat => waiting,
                 _ => lat,
             };
             let speed = success / lat.max(MIN_LATENCY_US);
@@ -1278,11 +1289,12 @@ mod tests {
             wait_age_us: Some(age),
             ..warm(lat, 1.0)
         };
-        // Twice 150 = 300 µs now, against a 100 µs EWMA: weight (100/300)^3.
-        let s = run(&[warm(100.0, 1.0), waiting(100.0, 150.0)], &no_floor());
+        // Twice 175 less half the 100 µs EWMA = 300 µs now: weight (100/300)^3.
+        let s = run(&[warm(100.0, 1.0), waiting(100.0, 175.0)], &no_floor());
         assert_close(s[1] / s[0], 1.0 / 27.0);
-        // Twice 40 = 80 µs is below the EWMA: no effect.
-        let s = run(&[warm(100.0, 1.0), waiting(100.0, 40.0)], &no_floor());
+        // Twice 70 = 140 µs, less the slack 90 µs: below the EWMA, no effect (one request
+        // 70 µs into a 100 µs answer is on time).
+        let s = run(&[warm(100.0, 1.0), waiting(100.0, 70.0)], &no_floor());
         assert_close(s[1] / s[0], 1.0);
         // Cold candidates are not scored by age (a fresh request would look instant).
         let cold_waiting = Snapshot {
