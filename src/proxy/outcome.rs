@@ -141,15 +141,15 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
         return;
     }
     ctx.first_chunk_at = Some(now);
-    ctx.wait = None;
+    // No longer waiting; its send time on the routing clock says whether it went out in a lull.
+    let sent_us = ctx.wait.take().map(|wait| wait.sent_us());
     if let (Some(route), Some(sent)) = (&ctx.route, ctx.sent_at) {
         let seconds = now.duration_since(sent).as_secs_f64();
         let (stats, alpha) = (&route.candidate.stats, app.catalog.params.ewma_alpha);
         let micros = seconds * 1e6;
-        let sent_us = now_us().saturating_sub(micros as u64);
         if app.config.routing.prefix_affinity && prompt_cache::reports_hit(chunk) {
             stats.record_cached_latency(route.mode, micros, alpha);
-        } else if lull::unqueued_sample(sent_us, route.slot) {
+        } else if sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot)) {
             stats.record_lull_latency(route.mode, micros, alpha);
         } else {
             stats.record_latency(route.mode, micros, alpha);

@@ -9,7 +9,7 @@
 //! every sidecar does so at once, a candidate the fleet keeps queued gets a fraction of its
 //! traffic for that moment and its queue empties; the requests sent from [`SETTLE_US`] into
 //! the lull until it ends are answered at the candidate's unqueued latency, and
-//! [`super::congestion`] takes its reference from them. A candidate whose latency does not
+//! [`super::congestion`] lowers its reference with them. A candidate whose latency does not
 //! depend on the fleet's traffic answers them as fast as any other request, so it reads as not
 //! queued. Keyed picks (conversations) are left alone: moving a conversation costs its cache.
 //!

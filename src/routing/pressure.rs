@@ -5,9 +5,9 @@
 //!   `now - sum / count`. With requests sent at a steady pace that each take `L`, waiting ages
 //!   spread evenly over `[0, L]` and average `L / 2`, so twice the mean age estimates the
 //!   latency those requests are getting *now*, before any of them has answered. The selector
-//!   uses it, less a slack of half the EWMA, when that exceeds the EWMA: a provider that suddenly slows down, or whose queue is
-//!   filling because every sidecar rushed to it, loses traffic while the slow answers are
-//!   still on their way.
+//!   uses it, less a slack of half the EWMA, when that exceeds the EWMA: a provider that
+//!   suddenly slows down, or whose queue is filling because every sidecar rushed to it, loses
+//!   traffic while the slow answers are still on their way.
 //! - Back-off: a `429` with `Retry-After` sets a deadline before which the candidate gets no
 //!   traffic at all (not even the probe floor); afterwards its depressed success rate ramps it
 //!   back in.

@@ -215,9 +215,8 @@ impl Stake {
 /// clamped to `[MIN_SUCCESS, 1]` and latency to at least `MIN_LATENCY_US`. The latency is the
 /// EWMA, or [`WAIT_AGE_FACTOR`] times the mean age of the requests still waiting for their
 /// first chunk less [`WAIT_AGE_SLACK`] times the EWMA, when that is larger (see
-/// [`super::pressure`]). Ratios of speeds are inverse
-/// ratios of effective latencies, and this form needs one division per candidate instead of
-/// two. `k` is the exponent from [`sane_k`].
+/// [`super::pressure`]). Ratios of speeds are inverse ratios of effective latencies, and this
+/// form needs one division per candidate instead of two. `k` is the exponent from [`sane_k`].
 #[inline]
 fn score(s: &Snapshot, k: f64) -> Score {
     // A NaN success rate (never produced by the tracker) counts as the worst.
