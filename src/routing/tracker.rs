@@ -202,13 +202,18 @@ impl CandidateStats {
     /// Fold in the latency of an answer the provider gave from its prompt cache, only if it is
     /// slower than the candidate's estimate: a hit's quick answer shows where a conversation's
     /// cache is, not how fast the candidate is for a request that brings none (what its share
-    /// must reflect), while a slow one still shows a slowdown.
+    /// must reflect), while a slow one still shows a slowdown. It never feeds the congestion
+    /// discount: the hits that get through are the ones that queued longest, and that
+    /// selection would read as a queue the candidate does not have.
     pub fn record_cached_latency(&self, mode: Mode, micros: f64, alpha: f64) {
+        if !micros.is_finite() || micros < 0.0 {
+            return;
+        }
         if self
             .latency_us(mode)
             .is_none_or(|estimate| micros > estimate)
         {
-            self.record_latency(mode, micros, alpha);
+            ewma_update(&self.latency[mode.slot()], micros, sane_alpha(alpha));
         }
     }
 
@@ -588,6 +593,31 @@ mod tests {
             }
             assert_eq!(s.latency_us(mode), Some(estimate), "{why}");
         }
+    }
+
+    #[test]
+    fn a_cached_answer_never_feeds_the_congestion_discount() {
+        let mode = Mode::NonStreaming;
+        let (misses_only, with_slow_hits) = (CandidateStats::new(), CandidateStats::new());
+        // Misses a little above their idle latency, and, on one of the two, hits that queued
+        // past the miss estimate: only the misses may say how long the queue is.
+        for i in 0..400 {
+            let miss = 300_000.0 + f64::from(i % 7) * 10_000.0;
+            misses_only.record_latency(mode, miss, 0.4);
+            with_slow_hits.record_latency(mode, miss, 0.4);
+            with_slow_hits.record_cached_latency(mode, 900_000.0, 0.4);
+            misses_only.record_outcome(Outcome::Success, 0.4);
+            with_slow_hits.record_outcome(Outcome::Success, 0.4);
+            with_slow_hits.record_outcome(Outcome::Success, 0.4);
+        }
+        assert!(
+            with_slow_hits.latency_us(mode) > misses_only.latency_us(mode),
+            "the slow hits still raise the estimate"
+        );
+        assert_eq!(
+            with_slow_hits.congestion_discount(mode),
+            misses_only.congestion_discount(mode)
+        );
     }
 
     #[test]
