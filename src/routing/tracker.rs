@@ -84,8 +84,12 @@ pub struct StatsSnapshot {
 
 /// Lock-free per-candidate statistics shared by every alias that lists the candidate.
 pub struct CandidateStats {
-    /// Latency EWMA (µs, f64 bits) per [`Mode`] slot; [`EMPTY`] until the first sample.
+    /// Latency EWMA (µs, f64 bits) of the answers not from a prompt cache, per [`Mode`] slot;
+    /// [`EMPTY`] until the first sample.
     latency: [AtomicU64; 2],
+    /// Latency EWMA of the answers from the provider's prompt cache, per [`Mode`] slot; it
+    /// counts in the estimate only while it is above `latency` (or `latency` is empty).
+    hit_latency: [AtomicU64; 2],
     /// Success-rate EWMA (f64 bits), starts at 1.0.
     success: AtomicU64,
     /// Requests currently in flight.
@@ -156,6 +160,7 @@ impl CandidateStats {
     pub fn new() -> Self {
         Self {
             latency: [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)],
+            hit_latency: [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)],
             success: AtomicU64::new(1.0f64.to_bits()),
             inflight: AtomicU64::new(0),
             last_error: AtomicU64::new(0),
@@ -199,21 +204,17 @@ impl CandidateStats {
         self.congestion.sample(mode, micros, unqueued);
     }
 
-    /// Fold in the latency of an answer the provider gave from its prompt cache, only if it is
-    /// slower than the candidate's estimate: a hit's quick answer shows where a conversation's
-    /// cache is, not how fast the candidate is for a request that brings none (what its share
-    /// must reflect), while a slow one still shows a slowdown. It never feeds the congestion
-    /// discount: the hits that get through are the ones that queued longest, and that
+    /// Fold in the latency of an answer the provider gave from its prompt cache. Hits keep
+    /// their own EWMA, which counts in the estimate only while it is above the other
+    /// answers' ([`CandidateStats::latency_us`]): a hit's quick answer shows where a
+    /// conversation's cache is, not how fast the candidate is for a request that brings none
+    /// (what its share must reflect), while slow hits show a slowdown for as long as they
+    /// stay slow and no longer once they are quick again. They never feed the congestion
+    /// discount: the hits that would count are the ones that queued longest, and that
     /// selection would read as a queue the candidate does not have.
     pub fn record_cached_latency(&self, mode: Mode, micros: f64, alpha: f64) {
-        if !micros.is_finite() || micros < 0.0 {
-            return;
-        }
-        if self
-            .latency_us(mode)
-            .is_none_or(|estimate| micros > estimate)
-        {
-            ewma_update(&self.latency[mode.slot()], micros, sane_alpha(alpha));
+        if micros.is_finite() && micros >= 0.0 {
+            ewma_update(&self.hit_latency[mode.slot()], micros, sane_alpha(alpha));
         }
     }
 
@@ -264,7 +265,7 @@ impl CandidateStats {
     #[inline]
     pub fn snapshot(&self, mode: Mode) -> Snapshot {
         Snapshot {
-            latency_us: load_latency(&self.latency[mode.slot()]),
+            latency_us: self.estimate(mode),
             success: self.success(),
             wait_age_us: None,
             backed_off: false,
@@ -371,15 +372,31 @@ impl CandidateStats {
         self.congestion_on
     }
 
-    /// Latency EWMA in milliseconds for /status; `None` while cold in `mode`.
+    /// Latency estimate ([`CandidateStats::latency_us`]) in milliseconds for /status; `None`
+    /// while cold in `mode`.
     pub fn latency_ms(&self, mode: Mode) -> Option<f64> {
-        load_latency(&self.latency[mode.slot()]).map(|us| us / 1000.0)
+        self.estimate(mode).map(|us| us / 1000.0)
     }
 
-    /// Latency EWMA in microseconds; `None` while cold in `mode`.
+    /// Latency estimate in microseconds: the EWMA of the answers not from a prompt cache, or
+    /// the cache hits' EWMA while that is higher (a slowdown only hits show) or alone (no
+    /// other answer yet); `None` while cold in `mode`.
     #[inline]
     pub fn latency_us(&self, mode: Mode) -> Option<f64> {
-        load_latency(&self.latency[mode.slot()])
+        self.estimate(mode)
+    }
+
+    /// See [`CandidateStats::latency_us`].
+    #[inline]
+    fn estimate(&self, mode: Mode) -> Option<f64> {
+        let slot = mode.slot();
+        match (
+            load_latency(&self.latency[slot]),
+            load_latency(&self.hit_latency[slot]),
+        ) {
+            (Some(all), Some(hits)) => Some(all.max(hits)),
+            (all, hits) => all.or(hits),
+        }
     }
 
     /// Success-rate EWMA in `[0, 1]`.
@@ -443,8 +460,8 @@ impl CandidateStats {
     /// EWMA state as plain numbers (for a process-upgrade handover).
     pub fn export(&self) -> StatsSnapshot {
         StatsSnapshot {
-            latency_non_streaming_us: load_latency(&self.latency[Mode::NonStreaming.slot()]),
-            latency_streaming_us: load_latency(&self.latency[Mode::Streaming.slot()]),
+            latency_non_streaming_us: self.estimate(Mode::NonStreaming),
+            latency_streaming_us: self.estimate(Mode::Streaming),
             success: self.success(),
         }
     }
@@ -574,16 +591,34 @@ mod tests {
     }
 
     #[test]
-    fn a_cached_answer_only_ever_raises_the_latency_estimate() {
+    fn cache_hits_raise_the_estimate_only_while_they_are_slow() {
         let s = CandidateStats::new();
         let mode = Mode::NonStreaming;
         // (a cache hit?, sample, the estimate after it, why)
         let steps = [
-            (true, 300.0, 300.0, "a cold candidate takes any sample"),
-            (false, 1000.0, 650.0, "a miss"),
-            (true, 200.0, 650.0, "a quick hit says nothing of speed"),
-            (true, 2650.0, 1650.0, "a slow hit still shows a slowdown"),
-            (false, 250.0, 950.0, "a miss moves it either way"),
+            (true, 300.0, 300.0, "a cold candidate takes a hit's latency"),
+            (
+                false,
+                1000.0,
+                1000.0,
+                "the first miss sets the misses' EWMA",
+            ),
+            (true, 200.0, 1000.0, "a quick hit says nothing of speed"),
+            (true, 2550.0, 1400.0, "slow hits show a slowdown"),
+            (true, 3000.0, 2200.0, "... for as long as they are slow"),
+            (false, 600.0, 2200.0, "a quick miss does not hide slow hits"),
+            (
+                true,
+                200.0,
+                1200.0,
+                "hits quick again hand back to the misses",
+            ),
+            (
+                true,
+                200.0,
+                800.0,
+                "... whose EWMA the slow hits never moved",
+            ),
         ];
         for (cached, sample, estimate, why) in steps {
             if cached {
@@ -593,6 +628,9 @@ mod tests {
             }
             assert_eq!(s.latency_us(mode), Some(estimate), "{why}");
         }
+        assert_eq!(s.snapshot(mode).latency_us, Some(800.0));
+        assert_eq!(s.export().latency_non_streaming_us, Some(800.0));
+        assert_eq!(s.latency_us(Mode::Streaming), None, "modes stay apart");
     }
 
     #[test]

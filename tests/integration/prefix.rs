@@ -1,7 +1,8 @@
 //! Prompt-cache affinity end to end: the turns of a conversation keep to the candidate their
 //! key picks by weighted rendezvous over the shares, new conversations follow the shares, the
-//! explicit `x-session-affinity` pin wins, a conversation moves off a failing candidate, and an
-//! answer from the provider's prompt cache only ever raises the latency sturnus learns.
+//! explicit `x-session-affinity` pin wins, a conversation moves off a failing candidate, and
+//! answers from the provider's prompt cache raise the latency sturnus learns only while they
+//! are slow.
 
 use crate::common;
 
@@ -236,16 +237,20 @@ async fn quick_hits_after_slow_misses(on: bool) -> (SimProvider, Proxy, f64, f64
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_answer_from_the_prompt_cache_only_raises_the_latency_sturnus_learns() {
+async fn answers_from_the_prompt_cache_raise_the_latency_sturnus_learns_only_while_slow() {
     let (a, proxy, cold, after_hits) = quick_hits_after_slow_misses(true).await;
     assert_eq!(after_hits, cold, "quick hits moved the estimate");
-    // A slow hit is a slowdown all the same.
+    // Slow hits are a slowdown all the same.
     a.behaviour.set_latency(Duration::from_millis(150));
-    to_a(&proxy, 1).await;
+    to_a(&proxy, 2).await;
     let slowed = latency_ms(&proxy, "a").await;
     assert!(slowed > cold + 30.0, "{slowed} after {cold}");
-    // Quick misses bring it down.
+    // Once the hits are quick again, the estimate is the misses' again.
     a.behaviour.set_latency(Duration::from_millis(2));
+    to_a(&proxy, 5).await;
+    let recovered = latency_ms(&proxy, "a").await;
+    assert_eq!(recovered, cold, "{recovered} after {slowed}");
+    // Quick misses bring it down.
     a.behaviour.set_cached_tokens(0);
     to_a(&proxy, 5).await;
     let quick = latency_ms(&proxy, "a").await;
