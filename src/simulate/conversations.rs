@@ -2,8 +2,9 @@
 //!
 //! In a scenario with conversations, every request is one turn of a conversation of some
 //! application. Clients keep [`ConversationSpec::open`] conversations going per sidecar and
-//! send the next turn of a random one at each arrival; a conversation that has had its turns is
-//! replaced by a new one. With [`ConversationSpec::sticky`] sessions a conversation's turns all
+//! send the next turn of a random one at each arrival, among those whose previous turn has
+//! its answer (a turn carries the answers before it); when every one is still waiting, a new
+//! conversation starts. A conversation that has had its turns is replaced by a new one. With [`ConversationSpec::sticky`] sessions a conversation's turns all
 //! come through one sidecar; without, through any sidecar of the fleet (a stateless
 //! application's replicas behind a load balancer). A provider caches each prefix it has answered for [`ConversationSpec::ttl`]:
 //! the application's long system prompt (what a first turn mostly is) and each conversation
@@ -57,11 +58,23 @@ impl Turn {
 #[derive(Debug)]
 pub struct Talk {
     spec: ConversationSpec,
-    /// `(turn to send next, turns left including it)`.
-    open: Vec<(Turn, u32)>,
+    /// How many conversations are kept going (more while every one waits for an answer).
+    target: usize,
+    open: Vec<Open>,
     /// The pool's conversations get ids `pool << 32 | counter`.
     next_id: u64,
     rng: SplitMix64,
+}
+
+/// An open conversation.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    /// The turn to send next.
+    turn: Turn,
+    /// Turns left, including `turn`.
+    left: u32,
+    /// The previous turn has no answer yet.
+    waiting: bool,
 }
 
 impl Talk {
@@ -69,11 +82,12 @@ impl Talk {
     pub fn new(spec: ConversationSpec, open: u32, pool: u32, seed: u64) -> Self {
         let mut talk = Self {
             spec,
+            target: open.max(1) as usize,
             open: Vec::new(),
             next_id: u64::from(pool) << 32,
             rng: SplitMix64::new(seed),
         };
-        for _ in 0..open.max(1) {
+        for _ in 0..talk.target {
             let fresh = talk.fresh();
             talk.open.push(fresh);
         }
@@ -81,7 +95,7 @@ impl Talk {
     }
 
     /// A new conversation: a random application and number of turns.
-    fn fresh(&mut self) -> (Turn, u32) {
+    fn fresh(&mut self) -> Open {
         let (lo, hi) = self.spec.turns;
         let span = u64::from(hi.saturating_sub(lo)) + 1;
         let turns = lo.max(1) + (self.rng.next_u64() % span) as u32;
@@ -93,23 +107,54 @@ impl Talk {
             conversation,
             number: 0,
         };
-        (turn, turns)
+        Open {
+            turn,
+            left: turns,
+            waiting: false,
+        }
     }
 
-    /// The next request: the next turn of a random open conversation.
+    /// The next request: the next turn of a random open conversation whose previous turn has
+    /// its answer, or the opening of a new one when every conversation is waiting.
     pub fn next_turn(&mut self) -> Turn {
-        let i = (self.rng.next_u64() % self.open.len() as u64) as usize;
-        let (turn, left) = self.open[i];
-        self.open[i] = if left > 1 {
-            let next = Turn {
-                number: turn.number + 1,
-                ..turn
-            };
-            (next, left - 1)
+        let ready = self.open.iter().filter(|o| !o.waiting).count();
+        let i = if ready == 0 {
+            let fresh = self.fresh();
+            self.open.push(fresh);
+            self.open.len() - 1
         } else {
-            self.fresh()
+            let nth = (self.rng.next_u64() % ready as u64) as usize;
+            let ready_at = self.open.iter().enumerate().filter(|(_, o)| !o.waiting);
+            ready_at.map(|(i, _)| i).nth(nth).unwrap_or(0)
         };
+        let Open { turn, left, .. } = self.open[i];
+        if left > 1 {
+            self.open[i] = Open {
+                turn: Turn {
+                    number: turn.number + 1,
+                    ..turn
+                },
+                left: left - 1,
+                waiting: true,
+            };
+        } else if self.open.len() > self.target {
+            self.open.swap_remove(i);
+        } else {
+            self.open[i] = self.fresh();
+        }
         turn
+    }
+
+    /// `turn` has its answer (or its client gave up on it): its conversation may go on.
+    pub fn answered(&mut self, turn: &Turn) {
+        let next = turn.number + 1;
+        if let Some(o) = self
+            .open
+            .iter_mut()
+            .find(|o| o.turn.conversation == turn.conversation && o.turn.number == next)
+        {
+            o.waiting = false;
+        }
     }
 }
 
@@ -198,6 +243,7 @@ mod tests {
         let mut seen: HashMap<u64, Vec<u32>> = HashMap::new();
         for _ in 0..5000 {
             let t = talk.next_turn();
+            talk.answered(&t);
             assert!(t.application < 4);
             assert_eq!(t.conversation >> 32, 7);
             seen.entry(t.conversation).or_default().push(t.number);
@@ -213,6 +259,34 @@ mod tests {
         assert!(finished + 5 >= seen.len(), "{finished} of {}", seen.len());
         let mean = 5000.0 / seen.len() as f64;
         assert!((5.0..6.0).contains(&mean), "{mean} turns on average");
+    }
+
+    #[test]
+    fn a_turn_waits_for_the_previous_answer_and_a_new_conversation_starts_meanwhile() {
+        let mut talk = Talk::new(spec(), 2, 0, 3);
+        let (a, b) = (talk.next_turn(), talk.next_turn());
+        assert_ne!(
+            a.conversation, b.conversation,
+            "a waiting one is not picked"
+        );
+        let c = talk.next_turn();
+        assert_eq!(c.number, 0, "both wait: a new conversation");
+        assert!(c.conversation != a.conversation && c.conversation != b.conversation);
+        talk.answered(&a);
+        let next = talk.next_turn();
+        assert_eq!((next.conversation, next.number), (a.conversation, 1));
+        talk.answered(&next);
+        talk.answered(&b);
+        talk.answered(&c);
+        // Once its conversation ends, a conversation beyond the two kept going is not replaced.
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let t = talk.next_turn();
+            seen.insert(t.conversation);
+            talk.answered(&t);
+        }
+        assert!(talk.open.len() == 2, "{} open", talk.open.len());
+        assert!(seen.len() > 3);
     }
 
     #[test]

@@ -265,6 +265,12 @@ impl Run<'_> {
         if response.ok() || r.attempts >= MAX_ATTEMPTS {
             r.ok = response.ok();
             r.latency = now - r.arrival;
+            if let Some(turn) = r.turn {
+                let pool = if self.talks.len() > 1 { s as usize } else { 0 };
+                if let Some(talk) = self.talks.get_mut(pool) {
+                    talk.answered(&turn);
+                }
+            }
         } else {
             let u = self.sidecars[s as usize].client.next_f64();
             let wait = retry_delay(&response, r.attempts, u);
