@@ -130,7 +130,8 @@ const FRAMING: [http::HeaderName; 2] = [
 
 /// sturnus's `response_body_filter`: accounts one response body chunk; the first one (or the
 /// end of an empty body) is the TTFC. With prefix affinity, a first chunk that reports a
-/// prompt-cache hit only raises the candidate's latency estimate.
+/// prompt-cache hit feeds the candidate's cache-hit latency, which raises its estimate only
+/// while hits are slow.
 pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut RequestCtx, app: &App) {
     ctx.response_bytes += chunk.len() as u64;
     let now = Instant::now();

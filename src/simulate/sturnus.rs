@@ -205,7 +205,7 @@ impl Strategy for Sturnus {
             } => (code, retry_after_s),
         };
         // As outcome::response_body_filter: the first chunk of any response, error bodies
-        // included; with prefix affinity, an answer from the prompt cache only if it is slower.
+        // included; with prefix affinity, an answer from the prompt cache as a cache hit.
         let slot = Slot {
             index: p,
             of: self.stats.len(),
