@@ -265,7 +265,7 @@ impl CandidateStats {
     #[inline]
     pub fn snapshot(&self, mode: Mode) -> Snapshot {
         Snapshot {
-            latency_us: self.estimate(mode),
+            latency_us: self.latency_us(mode),
             success: self.success(),
             wait_age_us: None,
             backed_off: false,
@@ -375,7 +375,7 @@ impl CandidateStats {
     /// Latency estimate ([`CandidateStats::latency_us`]) in milliseconds for /status; `None`
     /// while cold in `mode`.
     pub fn latency_ms(&self, mode: Mode) -> Option<f64> {
-        self.estimate(mode).map(|us| us / 1000.0)
+        self.latency_us(mode).map(|us| us / 1000.0)
     }
 
     /// Latency estimate in microseconds: the EWMA of the answers not from a prompt cache, or
@@ -383,12 +383,6 @@ impl CandidateStats {
     /// other answer yet); `None` while cold in `mode`.
     #[inline]
     pub fn latency_us(&self, mode: Mode) -> Option<f64> {
-        self.estimate(mode)
-    }
-
-    /// See [`CandidateStats::latency_us`].
-    #[inline]
-    fn estimate(&self, mode: Mode) -> Option<f64> {
         let slot = mode.slot();
         match (
             load_latency(&self.latency[slot]),
@@ -460,8 +454,8 @@ impl CandidateStats {
     /// EWMA state as plain numbers (for a process-upgrade handover).
     pub fn export(&self) -> StatsSnapshot {
         StatsSnapshot {
-            latency_non_streaming_us: self.estimate(Mode::NonStreaming),
-            latency_streaming_us: self.estimate(Mode::Streaming),
+            latency_non_streaming_us: self.latency_us(Mode::NonStreaming),
+            latency_streaming_us: self.latency_us(Mode::Streaming),
             success: self.success(),
         }
     }

@@ -1,16 +1,17 @@
 //! Multi-turn conversations and the providers' prompt caches.
 //!
 //! In a scenario with conversations, every request is one turn of a conversation of some
-//! application. Clients keep [`ConversationSpec::open`] conversations going per sidecar and
-//! send the next turn of a random one at each arrival, among those whose previous turn has
-//! its answer (a turn carries the answers before it); when every one is still waiting, a new
-//! conversation starts. A conversation that has had its turns is replaced by a new one. With [`ConversationSpec::sticky`] sessions a conversation's turns all
-//! come through one sidecar; without, through any sidecar of the fleet (a stateless
-//! application's replicas behind a load balancer). A provider caches each prefix it has answered for [`ConversationSpec::ttl`]:
-//! the application's long system prompt (what a first turn mostly is) and each conversation
-//! so far (what a later turn mostly is, and what only the provider that answered the previous
-//! turn holds). A cached prefix answers in [`ConversationSpec::hit_ttfc`] times the time to
-//! first chunk of a miss.
+//! application. Clients keep [`ConversationSpec::open`] conversations going per sidecar and send
+//! the next turn of a random one at each arrival, among those whose previous turn has its answer (a
+//! turn carries the answers before it); when every one is still waiting, a new conversation starts.
+//! A conversation that has had its turns is replaced by a new one. With
+//! [`ConversationSpec::sticky`] sessions a conversation's turns all come through one sidecar;
+//! without, through any sidecar of the fleet (a stateless application's replicas behind a load
+//! balancer). A provider caches each prefix it has answered for [`ConversationSpec::ttl`]: the
+//! application's long system prompt (what a first turn mostly is) and each conversation so far
+//! (what a later turn mostly is, and what only the provider that answered the previous turn holds).
+//! A cached prefix answers in [`ConversationSpec::hit_ttfc`] times the time to first chunk of a
+//! miss.
 
 use super::clock::Micros;
 use crate::routing::{RngSource, SplitMix64};

@@ -182,6 +182,13 @@ fn talks(scenario: &Scenario, seed: u64) -> Vec<Talk> {
 }
 
 impl Run<'_> {
+    /// The conversations whose turns sidecar `s` carries: its own with sticky sessions, else
+    /// the fleet's one pool.
+    fn talk_of(&mut self, s: u32) -> Option<&mut Talk> {
+        let pool = if self.talks.len() > 1 { s as usize } else { 0 };
+        self.talks.get_mut(pool)
+    }
+
     fn arrive(&mut self, s: u32, now: Micros) {
         if now >= self.scenario.duration {
             return;
@@ -189,8 +196,7 @@ impl Run<'_> {
         self.queue
             .schedule(now + self.scenario.period, Event::Arrive(s));
         let request = self.log.requests.len();
-        let pool = if self.talks.len() > 1 { s as usize } else { 0 };
-        let turn = self.talks.get_mut(pool).map(Talk::next_turn);
+        let turn = self.talk_of(s).map(Talk::next_turn);
         self.log.requests.push(RequestLog {
             sidecar: s,
             arrival: now,
@@ -265,11 +271,8 @@ impl Run<'_> {
         if response.ok() || r.attempts >= MAX_ATTEMPTS {
             r.ok = response.ok();
             r.latency = now - r.arrival;
-            if let Some(turn) = r.turn {
-                let pool = if self.talks.len() > 1 { s as usize } else { 0 };
-                if let Some(talk) = self.talks.get_mut(pool) {
-                    talk.answered(&turn);
-                }
+            if let (Some(turn), Some(talk)) = (r.turn, self.talk_of(s)) {
+                talk.answered(&turn);
             }
         } else {
             let u = self.sidecars[s as usize].client.next_f64();
