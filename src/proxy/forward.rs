@@ -161,19 +161,42 @@ async fn exchange(
     header: Box<RequestHeader>,
     body: &[Bytes],
 ) -> Result<()> {
+    write_request(upstream, header, body)
+        .await
+        .map_err(undelivered)?;
+    upstream.read_response_header().await
+}
+
+/// Writes the request header and the whole body.
+async fn write_request(
+    upstream: &mut HttpSession,
+    header: Box<RequestHeader>,
+    body: &[Bytes],
+) -> Result<()> {
     upstream.write_request_header(header).await?;
     let last = body.len().saturating_sub(1);
     for (i, part) in body.iter().enumerate() {
         upstream.write_request_body(part.clone(), i == last).await?;
     }
-    upstream.finish_request_body().await?;
-    upstream.read_response_header().await
+    upstream.finish_request_body().await
+}
+
+/// Marks a failed write of the request as safe to resend on a pooled connection. The socket
+/// refused the bytes because the provider had closed the connection, so the request never
+/// reached it whole and nothing was answered: the same case as Pingora's empty read of the
+/// response header, caught one step earlier (when the close raced the pool's liveness check).
+/// A write timeout is not marked: the provider may be reading slowly.
+fn undelivered(mut e: Box<Error>) -> Box<Error> {
+    if e.etype() == &ErrorType::WriteError {
+        e.retry = RetryType::ReusedOnly;
+    }
+    e
 }
 
 /// sturnus's `error_while_proxy`: whether an exchange may be resent, as Pingora's hook decides
 /// for its own proxy loop. Only when it went out on a pooled connection and failed because that
-/// connection was closed before any answer began (Pingora's HTTP/1 client marks those errors
-/// as safe to resend on a reused connection).
+/// connection was closed before any answer began (Pingora's HTTP/1 client marks those reads as
+/// safe to resend on a reused connection; [`undelivered`] marks the writes).
 fn error_while_proxy(e: &Error, reused: bool) -> bool {
     reused && matches!(e.retry, RetryType::ReusedOnly | RetryType::Decided(true))
 }
@@ -293,6 +316,48 @@ mod tests {
     fn ready_now_takes_only_what_is_ready() {
         assert_eq!(ready_now(std::future::ready(7)), Some(7));
         assert_eq!(ready_now(std::future::pending::<u8>()), None);
+    }
+
+    /// A connection its provider has closed with a reset, as a pooled one can be when the
+    /// close races the pool's liveness check.
+    async fn connection_the_provider_reset() -> HttpSession {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (provider, _) = listener.accept().await.unwrap();
+        provider.set_zero_linger().unwrap();
+        drop(provider);
+        client.readable().await.unwrap();
+        let reset = client.try_read(&mut [0u8; 1]).unwrap_err();
+        assert_eq!(reset.kind(), std::io::ErrorKind::ConnectionReset);
+        let stream = pingora_core::protocols::l4::stream::Stream::from(client);
+        HttpSession::H1(pingora_core::protocols::http::v1::client::HttpSession::new(
+            Box::new(stream),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_request_a_closed_pooled_connection_refused_to_take_is_resent() {
+        let mut upstream = connection_the_provider_reset().await;
+        let mut header = RequestHeader::build("POST", b"/v1/chat/completions", None).unwrap();
+        header.insert_header("content-length", "2").unwrap();
+        let body = [Bytes::from_static(b"{}")];
+        let e = exchange(&mut upstream, Box::new(header), &body)
+            .await
+            .unwrap_err();
+        assert_eq!(e.etype(), &ErrorType::WriteError, "{e}");
+        assert!(error_while_proxy(&e, true), "{e}");
+        assert!(
+            !error_while_proxy(&e, false),
+            "a fresh connection is not resent: {e}"
+        );
+    }
+
+    #[test]
+    fn a_write_that_timed_out_is_not_marked_for_a_resend() {
+        let marked = undelivered(Error::new(ErrorType::WriteTimedout));
+        assert!(!error_while_proxy(&marked, true));
     }
 
     #[test]
