@@ -388,8 +388,8 @@ impl CandidateStats {
             load_latency(&self.latency[slot]),
             load_latency(&self.hit_latency[slot]),
         ) {
-            (Some(all), Some(hits)) => Some(all.max(hits)),
-            (all, hits) => all.or(hits),
+            (Some(misses), Some(hits)) => Some(misses.max(hits)),
+            (misses, hits) => misses.or(hits),
         }
     }
 
