@@ -74,9 +74,10 @@ impl Snapshot {
 /// EWMA state as plain numbers, for handing over across a process upgrade.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StatsSnapshot {
-    /// Non-streaming latency EWMA in microseconds (`None` = cold).
+    /// Non-streaming latency estimate ([`CandidateStats::latency_us`]) in microseconds, which
+    /// the new process takes as its misses' EWMA (`None` = cold).
     pub latency_non_streaming_us: Option<f64>,
-    /// Streaming latency EWMA in microseconds (`None` = cold).
+    /// Streaming latency estimate in microseconds, handed over the same way (`None` = cold).
     pub latency_streaming_us: Option<f64>,
     /// Success-rate EWMA in `[0, 1]`.
     pub success: f64,
