@@ -125,21 +125,23 @@ async fn traffic_spreads_over_providers_whose_latency_grows_with_their_load() {
 async fn a_lull_lightens_its_candidate_for_a_moment_on_the_wall_clock() {
     // Two equally fast candidates split the traffic evenly, except during a lull: every
     // sidecar then sends the candidate whose turn it is e^-1.5 (22%) of its weight, about 18%
-    // of the picks, for 1.5 s of every 20 s (sturnus::routing::lull).
-    let (a, b, proxy) = two_candidates("").await;
+    // of the picks, for 1.5 s of every 20 s (sturnus::routing::lull). The lull's factor does
+    // not depend on `exploit_k`; at 1, the jitter between the two latency estimates tilts the
+    // split only a little, and the counts below fail by chance less than once in 10^4 runs.
+    let (a, b, proxy) = two_candidates("[routing]\nexploit_k = 1\n").await;
     for p in [&a, &b] {
-        p.behaviour.set_latency(Duration::from_millis(10));
+        p.behaviour.set_latency(Duration::from_millis(5));
     }
     let warm = drive(&proxy, 100, 4, false).await;
     assert_eq!(warm.len(), 100);
     let lightened = ["a", "b"][next_lull(2).await as usize];
-    // 0.4 s into the lull; 50 requests of about 10 ms, one at a time (no request waiting at
+    // 0.4 s into the lull; 80 requests of about 5 ms, one at a time (no request waiting at
     // either candidate to tilt the picks), end well before it.
-    let during = drive(&proxy, 50, 1, false).await;
+    let during = drive(&proxy, 80, 1, false).await;
     let in_lull = share(&during, lightened);
     assert!(in_lull < 0.4, "{lightened} kept {in_lull} in its lull");
-    clear_of_lulls(Duration::from_secs(3)).await;
-    let after = drive(&proxy, 200, 4, false).await;
+    clear_of_lulls(Duration::from_secs(4)).await;
+    let after = drive(&proxy, 400, 4, false).await;
     let out_of_lull = share(&after, lightened);
     assert!(
         out_of_lull > in_lull + 0.1,
@@ -223,7 +225,9 @@ async fn pinned(proxy: &Proxy, value: &str) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn affinity_pins_until_the_candidate_breaks() {
-    let (a, b, proxy) = two_candidates("").await;
+    // A probe floor of 0.1%, so that the last requests show where routing sends them once the
+    // pin is broken, not the floor's probes of b.
+    let (a, b, proxy) = two_candidates("[routing]\nprobe_floor = 0.001\n").await;
     a.behaviour.set_latency(Duration::from_millis(1));
     b.behaviour.set_latency(Duration::from_millis(40));
     drive(&proxy, 40, 2, false).await;
@@ -234,7 +238,7 @@ async fn affinity_pins_until_the_candidate_breaks() {
         assert_eq!(resp.headers()["x-session-affinity"], "b/mb");
     }
     // Once b fails repeatedly the pin breaks and the answer names the new candidate. Routing
-    // still sends b its probe share (1%), so the last requests are counted, not the last one.
+    // still sends b its probe share, so the last requests are counted, not the last one.
     b.behaviour.set_fault(Fault::Status(503));
     let mut named = Vec::new();
     for _ in 0..12 {

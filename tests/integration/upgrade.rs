@@ -229,15 +229,22 @@ async fn routing_state_survives_the_upgrade_removed_candidates_drop_new_ones_sta
         provider_toml("c", &c, None)
     );
     let old_config = format!(
-        "{providers}[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n[routing]\nprobe_floor = 0.2\n"
+        "{providers}[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n"
     );
     let dir = scratch_dir();
     let yaml = pingora_yaml(&dir);
     let yaml_arg = yaml.to_string_lossy().into_owned();
     let mut old = Proxy::start_with(&old_config, &[], &["-c", &yaml_arg]).await;
-    // Warm both candidates in both modes.
+    // Warm both candidates in both modes, each request pinned to its candidate.
     for i in 0..60 {
-        let resp = post(&old, "/v1/chat/completions", chat_body("fast", i % 2 == 0)).await;
+        let pin = ["a/ma", "b/mb"][i / 2 % 2];
+        let resp = client()
+            .post(old.url("/v1/chat/completions"))
+            .header("x-session-affinity", pin)
+            .body(chat_body("fast", i % 2 == 0))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 200);
         resp.bytes().await.unwrap();
     }
