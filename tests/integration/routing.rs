@@ -4,7 +4,7 @@ use crate::common;
 
 use common::*;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Sends `n` requests over `workers` concurrent connections; returns the serving provider of
@@ -12,28 +12,26 @@ use std::time::Duration;
 async fn drive(proxy: &Proxy, n: usize, workers: usize, stream: bool) -> Vec<String> {
     let url = Arc::new(proxy.url("/v1/chat/completions"));
     let per_worker = n / workers;
+    let served = Arc::new(Mutex::new(Vec::with_capacity(n)));
     let mut handles = Vec::new();
     for _ in 0..workers {
-        let url = url.clone();
+        let (url, served) = (url.clone(), served.clone());
         handles.push(tokio::spawn(async move {
             let c = client();
-            let mut served = Vec::with_capacity(per_worker);
             for _ in 0..per_worker {
                 let resp = send_chat(&c, url.as_str(), stream).await;
                 let provider = served_by(&resp);
                 let affinity = resp.headers()["x-session-affinity"].to_str().unwrap();
                 assert_eq!(affinity, format!("{provider}/m{provider}"));
                 resp.bytes().await.unwrap();
-                served.push(provider);
+                served.lock().unwrap().push(provider);
             }
-            served
         }));
     }
-    let mut all = Vec::new();
     for h in handles {
-        all.extend(h.await.unwrap());
+        h.await.unwrap();
     }
-    all
+    Arc::try_unwrap(served).unwrap().into_inner().unwrap()
 }
 
 fn share(served: &[String], provider: &str) -> f64 {
