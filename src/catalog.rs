@@ -60,6 +60,9 @@ pub struct Alias {
     /// The shares the alias's conversation keys are picked over, smoothed across its keyed
     /// picks, in the same order.
     smoothed: Vec<routing::SmoothedShare>,
+    /// The share of its keyed answers its providers' prompt caches served, which sets how
+    /// sharply its keyed picks exploit (shared with the requests it routes by key).
+    pub keyed_hits: Arc<routing::KeyedHits>,
 }
 
 impl Alias {
@@ -92,6 +95,7 @@ impl Alias {
             key,
             identities: &self.identities,
             smoothed: &self.smoothed,
+            exploit: self.keyed_hits.exploit(mode),
         });
         routing::choose_available_keyed(
             &self.stats,
@@ -198,6 +202,7 @@ impl Catalog {
                 stats: members.iter().map(|c| c.stats.clone()).collect(),
                 identities: members.iter().map(|c| c.identity).collect(),
                 smoothed: members.iter().map(|_| Default::default()).collect(),
+                keyed_hits: Arc::default(),
                 candidates: members,
             });
         }

@@ -162,6 +162,8 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
             index: choice.index,
             of: alias.candidates.len(),
         },
+        keyed_hits: (conversation.is_some() && !choice.pinned_honoured)
+            .then(|| std::sync::Arc::clone(&alias.keyed_hits)),
         path_and_query,
         body_len: spliced_len,
     });

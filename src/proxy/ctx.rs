@@ -6,7 +6,7 @@ use crate::catalog::Candidate;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
 use crate::routing::lull::Slot;
-use crate::routing::{ErrorKind, Mode, OwnedInflightGuard, WaitGuard};
+use crate::routing::{ErrorKind, KeyedHits, Mode, OwnedInflightGuard, WaitGuard};
 use pingora::http::RequestHeader;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +21,9 @@ pub struct Route {
     pub mode: Mode,
     /// The candidate's place in its alias's lull rotation.
     pub slot: Slot,
+    /// For a request routed by its conversation key: its alias's keyed hit rate, which its
+    /// first chunk feeds.
+    pub keyed_hits: Option<Arc<KeyedHits>>,
     /// Upstream path and query.
     pub path_and_query: String,
     /// Length of the spliced body sent upstream.

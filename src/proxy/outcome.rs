@@ -131,7 +131,8 @@ const FRAMING: [http::HeaderName; 2] = [
 /// sturnus's `response_body_filter`: accounts one response body chunk; the first one (or the
 /// end of an empty body) is the TTFC. With prefix affinity, a first chunk that reports a
 /// prompt-cache hit feeds the candidate's cache-hit latency, which raises its estimate only
-/// while hits are slow.
+/// while hits are slow; the first chunk of a request routed by its key feeds its alias's
+/// keyed hit rate either way.
 pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut RequestCtx, app: &App) {
     ctx.response_bytes += chunk.len() as u64;
     let now = Instant::now();
@@ -148,7 +149,11 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
         let seconds = now.duration_since(sent).as_secs_f64();
         let (stats, alpha) = (&route.candidate.stats, app.catalog.params.ewma_alpha);
         let micros = seconds * 1e6;
-        if app.config.routing.prefix_affinity && prompt_cache::reports_hit(chunk) {
+        let hit = app.config.routing.prefix_affinity && prompt_cache::reports_hit(chunk);
+        if let Some(keyed_hits) = &route.keyed_hits {
+            keyed_hits.record(route.mode, hit);
+        }
+        if hit {
             stats.record_cached_latency(route.mode, micros, alpha);
         } else if sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot)) {
             stats.record_lull_latency(route.mode, micros, alpha);

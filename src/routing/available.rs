@@ -62,6 +62,7 @@ pub fn choose_available_keyed<C: AsRef<CandidateStats>>(
         key: k.key,
         identities: &identities,
         smoothed: &[],
+        exploit: k.exploit,
     });
     let choice = choose_keyed(&subset, mode, pinned, keyed, params, rng)?;
     Some(Choice {
@@ -223,6 +224,7 @@ mod tests {
                 key,
                 identities: &ids,
                 smoothed: &[],
+                exploit: 1.0,
             });
             choose_available_keyed(
                 &cands,

@@ -14,6 +14,8 @@
 //! - [`rendezvous`]: weighted rendezvous hashing, a sticky stateless pick of a candidate per key
 //!   (prefix affinity: one conversation keeps its candidate, conversations follow the shares).
 //! - [`keyed_shares`]: the shares a key is picked over, smoothed across an alias's keyed picks.
+//! - [`keyed_hits`]: how sharply an alias's keyed picks exploit, from the share of its keyed
+//!   answers that its providers' prompt caches served.
 //! - [`quota`]: pacing a candidate whose announced quota would run out before its reset.
 //! - [`congestion`]: the discount on a candidate whose latency is queueing that traffic like
 //!   ours causes, which keeps a fleet of sidecars from herding.
@@ -22,6 +24,7 @@ pub mod affinity;
 pub mod attempt;
 pub mod available;
 pub mod congestion;
+pub mod keyed_hits;
 pub mod keyed_shares;
 pub mod lull;
 pub mod pressure;
@@ -35,6 +38,7 @@ pub use attempt::{ErrorKind, Mode, Outcome};
 pub use available::{
     choose_available, choose_available_keyed, shares_available, weights_available,
 };
+pub use keyed_hits::KeyedHits;
 pub use keyed_shares::SmoothedShare;
 pub use pressure::now_us;
 pub use quota::{QuotaKind, QuotaView};

@@ -548,6 +548,9 @@ pub struct Keyed<'a> {
     /// One smoothed share per candidate ([`super::keyed_shares`]); any other length (empty)
     /// picks over the current shares as they are.
     pub smoothed: &'a [SmoothedShare],
+    /// Factor on `exploit_k` for this pick ([`super::keyed_hits::KeyedHits::exploit`]; 1
+    /// picks over the shares [`choose`] draws from).
+    pub exploit: f64,
 }
 
 /// [`choose`] for a request that may carry a conversation key: with one, the candidate is the
@@ -629,12 +632,23 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     keyed: Option<Keyed<'_>>,
     rng: &mut impl RngSource,
 ) -> usize {
-    let k = sane_k(params.exploit_k);
     // Conversations keep their candidate through lulls: moving one costs its cache.
     let lulled = match keyed {
         None => super::lull::lulled(clock(), cands.len()),
         Some(_) => None,
     };
+    let sharpened;
+    let params = match keyed.map(|k| k.exploit) {
+        Some(f) if f.is_finite() && f > 0.0 && f != 1.0 => {
+            sharpened = RoutingParams {
+                exploit_k: sane_k(params.exploit_k) * f,
+                ..*params
+            };
+            &sharpened
+        }
+        _ => params,
+    };
+    let k = sane_k(params.exploit_k);
     with_scratch(cands.len(), |scores, stakes| {
         for (i, (score_of, c)) in scores.iter_mut().zip(cands).enumerate() {
             let c = c.as_ref();
@@ -1076,6 +1090,7 @@ mod tests {
             key,
             identities: &IDS,
             smoothed: &[],
+            exploit: 1.0,
         })
     }
 
@@ -1084,7 +1099,43 @@ mod tests {
             key,
             identities: &IDS,
             smoothed,
+            exploit: 1.0,
         })
+    }
+
+    #[test]
+    fn a_sharpened_keyed_pick_follows_the_shares_of_the_sharper_exponent() {
+        let p = RoutingParams::default();
+        let cands = vec![
+            stats(Some(100.0), 0),
+            stats(Some(110.0), 0),
+            stats(Some(150.0), 0),
+        ];
+        let sharper = RoutingParams {
+            exploit_k: p.exploit_k * 4.0,
+            ..p
+        };
+        let plain = shares_for_at(&cands, Mode::NonStreaming, &p, 0);
+        let sharp = shares_for_at(&cands, Mode::NonStreaming, &sharper, 0);
+        assert!(sharp[0] > plain[0] + 0.2, "{plain:?} {sharp:?}");
+        assert!(
+            (sharp[2] - p.probe_floor).abs() < 1e-12,
+            "the floor still holds: {sharp:?}"
+        );
+        let mut rng = SplitMix64::new(3);
+        let mut on_first = 0;
+        for key in conversation_keys(2_000) {
+            let keyed = Some(Keyed {
+                exploit: 4.0,
+                ..keyed(key).unwrap()
+            });
+            let c = choose_keyed_at(&cands, Mode::NonStreaming, None, keyed, &p, 0, &mut rng);
+            let want = super::super::rendezvous::pick_by(key, IDS.into_iter().zip(sharp.clone()));
+            assert_eq!(c.map(|c| c.index), want, "key {key}");
+            on_first += usize::from(want == Some(0));
+        }
+        let split = on_first as f64 / 2_000.0;
+        assert!((split - sharp[0]).abs() < 0.05, "{split} vs {sharp:?}");
     }
 
     #[test]
@@ -1256,6 +1307,7 @@ mod tests {
             key: 7,
             identities: &IDS[..2],
             smoothed: &[],
+            exploit: 1.0,
         });
         let picks: std::collections::HashSet<usize> = (0..200)
             .filter_map(|_| {
@@ -1346,6 +1398,7 @@ mod tests {
                         key,
                         identities: &identities,
                         smoothed: &[],
+                        exploit: 1.0,
                     };
                     let mut rng = SplitMix64::new(1);
                     choose_keyed_at(

@@ -119,6 +119,12 @@ pub struct Sturnus {
     identities: Vec<u64>,
     /// The shares keyed picks are made over, smoothed across them (as the proxy's alias).
     smoothed: Vec<routing::SmoothedShare>,
+    /// The share of keyed answers that hit a prompt cache (as the proxy's alias).
+    keyed_hits: routing::KeyedHits,
+    /// Whether the last pick was keyed, until the attempt it chose is started.
+    picked_keyed: bool,
+    /// Per candidate, the send times of its keyed attempts still outstanding.
+    keyed_sent: Vec<Vec<Micros>>,
     variant: Variant,
 }
 
@@ -142,6 +148,9 @@ impl Sturnus {
                 .map(|i| routing::rendezvous::identity(&format!("provider-{i}/model")))
                 .collect(),
             smoothed: (0..n).map(|_| Default::default()).collect(),
+            keyed_hits: routing::KeyedHits::default(),
+            picked_keyed: false,
+            keyed_sent: (0..n).map(|_| Vec::new()).collect(),
             variant,
         }
     }
@@ -172,7 +181,9 @@ impl Strategy for Sturnus {
                 key: t.key(),
                 identities: &self.identities,
                 smoothed: &self.smoothed,
+                exploit: self.keyed_hits.exploit(MODE),
             });
+        self.picked_keyed = keyed.is_some();
         let params = &self.variant.params;
         routing::choose_keyed_at(&self.stats, MODE, None, keyed, params, now, rng)
             .map_or(0, |c| c.index)
@@ -181,6 +192,9 @@ impl Strategy for Sturnus {
     fn started(&mut self, p: usize, now: Micros) {
         let stats = &self.stats[p];
         self.inflight[p].push(stats.begin_owned());
+        if std::mem::take(&mut self.picked_keyed) {
+            self.keyed_sent[p].push(now);
+        }
         if self.variant.wait_age {
             self.waiting[p].push(stats.begin_wait(MODE, now));
         }
@@ -195,6 +209,11 @@ impl Strategy for Sturnus {
             drop(waiting.swap_remove(i));
         }
         drop(self.inflight[p].pop());
+        let keyed = &mut self.keyed_sent[p];
+        if let Some(i) = keyed.iter().position(|&at| at == sent) {
+            keyed.swap_remove(i);
+            self.keyed_hits.record(MODE, response.cached);
+        }
         let stats = &self.stats[p];
         let alpha = self.variant.params.ewma_alpha;
         let (status, retry_after_s) = match response.reply {
