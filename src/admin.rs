@@ -101,6 +101,16 @@ pub fn models(app: &App) -> Value {
     json!({"object": "list", "data": data})
 }
 
+/// An alias's keyed picks: the share of its keyed answers its providers' prompt caches
+/// served, and the exponent its next keyed pick uses, per mode.
+fn keyed(hits: &crate::routing::KeyedHits, exploit_k: f64) -> Value {
+    let per_mode = |f: &dyn Fn(Mode) -> f64| json!({"non_streaming": f(Mode::NonStreaming), "streaming": f(Mode::Streaming)});
+    json!({
+        "hit_rate": per_mode(&|m| hits.rate(m)),
+        "exploit_k": per_mode(&|m| exploit_k * hits.exploit(m)),
+    })
+}
+
 /// Live routing state per alias (config order) and candidate (config order), plus totals over
 /// every distinct candidate; never any secret.
 pub fn status(app: &App) -> Value {
@@ -113,6 +123,8 @@ pub fn status(app: &App) -> Value {
         .map(|alias| {
             let shares_ns = alias.shares(Mode::NonStreaming, params);
             let shares_s = alias.shares(Mode::Streaming, params);
+            let keyed_ns = alias.keyed_shares(Mode::NonStreaming, params);
+            let keyed_s = alias.keyed_shares(Mode::Streaming, params);
             let weights_ns = alias.weights(Mode::NonStreaming, params);
             let weights_s = alias.weights(Mode::Streaming, params);
             let candidates: Vec<Value> = alias
@@ -137,6 +149,7 @@ pub fn status(app: &App) -> Value {
                         "streaming": per_mode(Mode::Streaming),
                         "success_rate": success,
                         "share": {"non_streaming": shares_ns[i], "streaming": shares_s[i]},
+                        "keyed_share": {"non_streaming": keyed_ns[i], "streaming": keyed_s[i]},
                         "weight": {"non_streaming": weights_ns[i], "streaming": weights_s[i]},
                         "in_flight": s.inflight(),
                         "requests": s.requests(),
@@ -152,6 +165,7 @@ pub fn status(app: &App) -> Value {
             json!({
                 "alias": alias.name,
                 "routed": {"non_streaming": ns, "streaming": st},
+                "keyed": keyed(&alias.keyed_hits, params.exploit_k),
                 "candidates": candidates,
             })
         })

@@ -122,6 +122,17 @@ impl Alias {
         )
     }
 
+    /// The shares a new conversation's key is picked over for one mode, before the smoothing
+    /// across keyed picks (for `/status`): the current shares, with the exponent the alias's
+    /// keyed hit rate sets ([`routing::KeyedHits::exploit`]).
+    pub fn keyed_shares(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
+        let sharpened = RoutingParams {
+            exploit_k: params.exploit_k * self.keyed_hits.exploit(mode),
+            ..*params
+        };
+        self.shares(mode, &sharpened)
+    }
+
     /// Current traffic shares of the candidates for one mode (for `/status` and metrics).
     pub fn shares(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
         routing::shares_available(

@@ -1,8 +1,8 @@
 //! Prompt-cache affinity end to end: the turns of a conversation keep to the candidate their
 //! key picks by weighted rendezvous over the shares, new conversations follow the shares, the
-//! explicit `x-session-affinity` pin wins, a conversation moves off a failing candidate, and
-//! answers from the provider's prompt cache raise the latency sturnus learns only while they
-//! are slow.
+//! explicit `x-session-affinity` pin wins, a conversation moves off a failing candidate,
+//! keyed picks exploit more sharply once most keyed answers hit the cache, and answers from the
+//! provider's prompt cache raise the latency sturnus learns only while they are slow.
 
 use crate::common;
 
@@ -202,6 +202,65 @@ async fn a_conversation_moves_off_a_candidate_that_starts_failing_and_stays_move
     // The key lands on a whenever a has 80 % or more: its share fell below that.
     let (share_a, _) = shares(&proxy).await;
     assert!(share_a < 0.8, "a kept {share_a}");
+}
+
+/// The alias's keyed state on `/status`: the non-streaming keyed hit rate and exponent, and
+/// `a`'s and `b`'s non-streaming shares and keyed shares.
+async fn keyed_state(proxy: &Proxy) -> (f64, f64, [f64; 2], [f64; 2]) {
+    let status = proxy.status().await;
+    let keyed = &status["aliases"][0]["keyed"];
+    let of = |p, field: &str| {
+        status_candidate(&status, p)[field]["non_streaming"]
+            .as_f64()
+            .unwrap()
+    };
+    (
+        keyed["hit_rate"]["non_streaming"].as_f64().unwrap(),
+        keyed["exploit_k"]["non_streaming"].as_f64().unwrap(),
+        [of("a", "share"), of("b", "share")],
+        [of("a", "keyed_share"), of("b", "keyed_share")],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keyed_picks_exploit_more_sharply_once_most_keyed_answers_hit_the_cache() {
+    let (a, b, proxy) = with_routing("prefix_affinity = true\n").await;
+    a.behaviour.set_latency(Duration::from_millis(40));
+    b.behaviour.set_latency(Duration::from_millis(48));
+    warm(&proxy).await;
+    let (rate, exploit_k, share, keyed_share) = keyed_state(&proxy).await;
+    assert_eq!((rate, exploit_k), (0.0, 6.0));
+    assert_eq!(
+        share, keyed_share,
+        "no keyed answer yet: the shares as they are"
+    );
+
+    // From now on every answer reports a prompt-cache hit, quicker than the misses: the
+    // latency estimates (the misses') and so the shares stay as they are.
+    for p in [&a, &b] {
+        p.behaviour.set_latency(Duration::from_millis(8));
+        p.behaviour.set_cached_tokens(1024);
+    }
+    let questions: Vec<String> = (0..240).map(|i| format!("Order {i}: a bell?")).collect();
+    // 94 keyed hits take the rate from 0 past 0.85; 46 more let the smoothed shares settle.
+    for q in &questions[..140] {
+        send(&proxy, turn_body(SYSTEM, q, 2), None).await;
+    }
+    let (rate, exploit_k, after_share, keyed_share) = keyed_state(&proxy).await;
+    assert!(rate > 0.85, "hit rate {rate}");
+    assert_eq!(exploit_k, 24.0);
+    assert_eq!(after_share, share, "the hits moved the shares");
+    // The slower candidate keeps less of the new conversations than of the random picks.
+    let slower = usize::from(share[1] < share[0]);
+    assert!(
+        keyed_share[slower] < share[slower],
+        "keyed {keyed_share:?}, shares {share:?}"
+    );
+    // New conversations land where their keys say over the sharpened shares.
+    for q in &questions[140..] {
+        let got = send(&proxy, turn_body(SYSTEM, q, 2), None).await;
+        assert_eq!(got, lands_on(q, keyed_share[0], keyed_share[1]), "{q:?}");
+    }
 }
 
 /// Candidate `provider`'s non-streaming latency estimate on `/status`, in ms.
