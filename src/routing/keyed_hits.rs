@@ -3,14 +3,13 @@
 //!
 //! A keyed pick places a whole conversation, and every later turn pays the latency of the
 //! candidate it was placed on. Where each sidecar carries its conversations' turns itself,
-//! nearly every keyed answer comes from the provider's prompt cache, no queue builds from
-//! moving conversations, and the spread that `exploit_k` keeps for a fleet picking at random
-//! costs every conversation placed on a slower candidate its whole length: keyed picks then
-//! use `exploit_k` × [`KEYED_EXPLOIT`]. Where the fleet has to spread its conversations (turns
-//! through any sidecar, providers without room for all of them), a sharper exponent herds the
-//! fleet's conversations from one provider to the next, and the share of keyed answers that
-//! hit falls well below [`HOLD_RATE`]: the exponent stays `exploit_k`. docs/routing.md,
-//! "Prefix affinity", measures both.
+//! nearly every keyed answer comes from the provider's prompt cache, and the spread that
+//! `exploit_k` keeps for a fleet picking at random costs every conversation placed on a slower
+//! candidate on each of its turns: keyed picks then use `exploit_k` × [`KEYED_EXPLOIT`]. Where
+//! the fleet has to spread its conversations (turns through any sidecar, providers without
+//! room for all of them), the share of keyed answers that hit stays well below [`HOLD_RATE`]
+//! and the exponent stays `exploit_k`: a sharper one there herds the fleet's conversations from
+//! one provider to the next. docs/routing.md, "Prefix affinity", measures both.
 //!
 //! Lock-free: one cell per mode, read and written with relaxed atomics; two threads recording
 //! at once may lose one of their steps, which only makes the rate a little slower.
@@ -91,7 +90,7 @@ mod tests {
             h.record(NS, true);
         }
         assert_eq!(h.exploit(NS), KEYED_EXPLOIT);
-        // A rate that settles at 72% hits (one miss in four or so) stays below the mark.
+        // A rate that settles at 72% hits (7 misses in every 25 answers) stays below the mark.
         for i in 0..500 {
             h.record(NS, i % 25 >= 7);
         }

@@ -555,7 +555,8 @@ pub struct Keyed<'a> {
 
 /// [`choose`] for a request that may carry a conversation key: with one, the candidate is the
 /// key's weighted rendezvous pick ([`super::rendezvous`]) over the shares [`choose`] draws
-/// from, smoothed across the alias's keyed picks ([`super::keyed_shares`]), so a conversation
+/// from (with `exploit_k` times the key's `exploit` factor, [`super::keyed_hits`]), smoothed
+/// across the alias's keyed picks ([`super::keyed_shares`]), so a conversation
 /// stays on one candidate while the shares hold and every candidate still gets its share of
 /// conversations. A pin still wins; without a key this is [`choose`].
 pub fn choose_keyed<C: AsRef<CandidateStats>>(
@@ -637,6 +638,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         None => super::lull::lulled(clock(), cands.len()),
         Some(_) => None,
     };
+    // A keyed pick weighs with the exponent its alias's keyed hit rate sets.
     let sharpened;
     let params = match keyed.map(|k| k.exploit) {
         Some(f) if f.is_finite() && f > 0.0 && f != 1.0 => {
