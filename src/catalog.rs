@@ -126,11 +126,10 @@ impl Alias {
     /// across keyed picks (for `/status`): the current shares, with the exponent the alias's
     /// keyed hit rate sets ([`routing::KeyedHits::exploit`]).
     pub fn keyed_shares(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
-        let sharpened = RoutingParams {
-            exploit_k: params.exploit_k * self.keyed_hits.exploit(mode),
-            ..*params
-        };
-        self.shares(mode, &sharpened)
+        self.shares(
+            mode,
+            &params.with_exploit_factor(self.keyed_hits.exploit(mode)),
+        )
     }
 
     /// Current traffic shares of the candidates for one mode (for `/status` and metrics).

@@ -107,6 +107,19 @@ impl RoutingParams {
         rule: "> 0 and <= 1",
     };
 
+    /// These parameters with `exploit_k` scaled by `factor`, the exponent of a keyed pick
+    /// ([`super::keyed_hits`]); a factor that is not finite and positive changes nothing.
+    pub fn with_exploit_factor(&self, factor: f64) -> RoutingParams {
+        if factor.is_finite() && factor > 0.0 {
+            RoutingParams {
+                exploit_k: sane_k(self.exploit_k) * factor,
+                ..*self
+            }
+        } else {
+            *self
+        }
+    }
+
     /// Range check against the same ranges config validation uses; `Err` names the offending
     /// key and its range.
     pub fn check(&self) -> Result<(), ParamOutOfRange> {
@@ -639,17 +652,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         Some(_) => None,
     };
     // A keyed pick weighs with the exponent its alias's keyed hit rate sets.
-    let sharpened;
-    let params = match keyed.map(|k| k.exploit) {
-        Some(f) if f.is_finite() && f > 0.0 && f != 1.0 => {
-            sharpened = RoutingParams {
-                exploit_k: sane_k(params.exploit_k) * f,
-                ..*params
-            };
-            &sharpened
-        }
-        _ => params,
-    };
+    let params = &keyed.map_or(*params, |k| params.with_exploit_factor(k.exploit));
     let k = sane_k(params.exploit_k);
     with_scratch(cands.len(), |scores, stakes| {
         for (i, (score_of, c)) in scores.iter_mut().zip(cands).enumerate() {
