@@ -6,7 +6,7 @@ use crate::catalog::Candidate;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
 use crate::routing::lull::Slot;
-use crate::routing::{ErrorKind, KeyedHits, Mode, OwnedInflightGuard, WaitGuard};
+use crate::routing::{Answer, ErrorKind, KeyedHits, Mode, OwnedInflightGuard, WaitGuard};
 use pingora::http::RequestHeader;
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,6 +45,9 @@ pub struct RequestCtx {
     /// Counts the request as waiting for its first chunk (its age raises the candidate's
     /// effective latency while it waits); dropped at the first chunk or the end.
     pub wait: Option<WaitGuard>,
+    /// What the request measured at its first chunk (and whether it was sent in a lull),
+    /// recorded with its outcome.
+    pub answer: Option<(Answer, bool)>,
     /// The marks of the time sturnus itself adds (`sturnus_overhead_seconds`).
     pub overhead: OverheadMarks,
     /// When the first response body chunk arrived.
@@ -81,6 +84,7 @@ impl RequestCtx {
             route: None,
             sent_at: None,
             wait: None,
+            answer: None,
             overhead: OverheadMarks::default(),
             first_chunk_at: None,
             last_chunk_at: None,

@@ -143,24 +143,29 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
         return;
     }
     ctx.first_chunk_at = Some(now);
-    // No longer waiting; its send time on the routing clock says whether it went out in a lull.
-    let sent_us = ctx.wait.take().map(|wait| wait.sent_us());
     if let (Some(route), Some(sent)) = (&ctx.route, ctx.sent_at) {
         let seconds = now.duration_since(sent).as_secs_f64();
         let (stats, alpha) = (&route.candidate.stats, app.catalog.params.ewma_alpha);
         let micros = seconds * 1e6;
+        // No longer waiting; its send time on the routing clock says whether it went out in a
+        // lull, and what it measured waits in the context for the request's outcome.
+        let answer = ctx.wait.take().map(|wait| wait.first_chunk(micros));
+        let sent_us = answer.map(|a| a.sent_us);
         let hit = app.config.routing.prefix_affinity && prompt_cache::reports_hit(chunk);
         if let Some(keyed_hits) = &route.keyed_hits {
             keyed_hits.record(route.mode, hit);
         }
+        let in_lull = sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot));
         if hit {
             stats.record_cached_latency(route.mode, micros, alpha);
-        } else if sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot)) {
+        } else if in_lull {
             stats.record_lull_latency(route.mode, micros, alpha);
         } else {
             stats.record_latency(route.mode, micros, alpha);
         }
         route.metrics.first_chunk(seconds);
+        // A cached answer says where a conversation's cache is, not how the candidate queues.
+        ctx.answer = answer.filter(|_| !hit).map(|a| (a, in_lull));
     }
 }
 
@@ -279,6 +284,9 @@ fn record_outcome(ctx: &RequestCtx, failure: Option<ErrorKind>, params: &Routing
             stats.record_failure(kind, unix_ms(), params.ewma_alpha);
         } else {
             stats.record_outcome(outcome, params.ewma_alpha);
+            if let (Outcome::Success, Some((answer, in_lull))) = (outcome, &ctx.answer) {
+                stats.record_answer(answer, *in_lull, params.ewma_alpha, now_us());
+            }
         }
     }
 }

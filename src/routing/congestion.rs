@@ -125,6 +125,14 @@ pub const MAX_DISCOUNT: f64 = 8.0;
 /// Excess above which a candidate counts as slower rather than queued: `d` is left alone.
 pub const SLOWER: f64 = 1.0;
 
+/// The time one answer's step stands for: [`GAIN`] and [`RELIEF`] are per second of answers,
+/// so the discount moves as fast at an edge proxy with hundreds of answers a second as at a
+/// sidecar with one (each step is scaled by the time since the candidate's previous answer).
+pub const PERIOD_US: u64 = 1_000_000;
+
+/// Most periods one answer's step may stand for (after a silence).
+pub const MAX_PERIODS: f64 = 5.0;
+
 /// Bit pattern for "no value yet".
 const EMPTY: u64 = u64::MAX;
 
@@ -138,10 +146,8 @@ pub(crate) struct Congestion {
     answers: [AtomicU64; 2],
     floor: [AtomicU64; 2],
     discount: [AtomicU64; 2],
-    /// Latest latency sample per mode, until its outcome says whether it was a success.
-    last: [AtomicU64; 2],
-    /// Mode slot of the latest sample.
-    last_mode: AtomicU64,
+    /// When the latest answer came, per mode (routing clock, µs; 0 = none yet).
+    last_at: [AtomicU64; 2],
     // The envelope's cells come after the discount, which the selector reads on every pick,
     // so that they do not move it to another cache line.
     /// Low envelope of the answers (see [`LOW_QUANTILE`]), per mode.
@@ -152,8 +158,6 @@ pub(crate) struct Congestion {
     /// EWMA of the answers sent in lulls, and how many there were, per mode.
     unqueued: [AtomicU64; 2],
     unqueued_answers: [AtomicU64; 2],
-    /// Whether the latest sample's request was sent in a lull.
-    last_unqueued: AtomicU64,
 }
 
 impl Default for Congestion {
@@ -169,11 +173,9 @@ impl Default for Congestion {
             log_mean: empty(),
             log_var: empty(),
             discount: [AtomicU64::new(0), AtomicU64::new(0)],
-            last: empty(),
-            last_mode: AtomicU64::new(0),
+            last_at: [AtomicU64::new(0), AtomicU64::new(0)],
             unqueued: empty(),
             unqueued_answers: [AtomicU64::new(0), AtomicU64::new(0)],
-            last_unqueued: AtomicU64::new(0),
         }
     }
 }
@@ -209,28 +211,30 @@ fn ewma(old: Option<f64>, sample: f64, alpha: f64) -> f64 {
 }
 
 impl Congestion {
-    /// Remembers the latest latency sample of `mode` until its outcome is known; `unqueued`
-    /// when its request was sent in the candidate's lull.
-    pub(crate) fn sample(&self, mode: Mode, micros: f64, unqueued: bool) {
-        self.last[mode.slot()].store(micros.to_bits(), Relaxed);
-        self.last_mode.store(mode.slot() as u64, Relaxed);
-        self.last_unqueued.store(u64::from(unqueued), Relaxed);
-    }
-
-    /// The latest sample's attempt failed: it says nothing about queueing.
-    pub(crate) fn failure(&self) {
-        let i = (self.last_mode.load(Relaxed) as usize).min(1);
-        self.last[i].store(EMPTY, Relaxed);
-    }
-
-    /// The latest sample's attempt succeeded: fold it in.
-    pub(crate) fn success(&self, alpha: f64) {
-        let i = (self.last_mode.load(Relaxed) as usize).min(1);
-        let bits = self.last[i].swap(EMPTY, Relaxed);
-        if bits == EMPTY {
+    /// Folds in one successful answer of `mode` that took `x` µs: `unqueued` when its request
+    /// was sent in the candidate's lull; `at_us` is when it came (the routing clock), which
+    /// scales the discount's step by the time since the previous answer (see [`PERIOD_US`]);
+    /// `None` takes one [`PERIOD_US`] per answer.
+    pub(crate) fn answer(
+        &self,
+        mode: Mode,
+        x: f64,
+        unqueued: bool,
+        alpha: f64,
+        at_us: Option<u64>,
+    ) {
+        if !(x.is_finite() && x >= 0.0) {
             return;
         }
-        let x = f64::from_bits(bits);
+        let i = mode.slot();
+        let periods = at_us.map_or(1.0, |now| {
+            let last = self.last_at[i].swap(now, Relaxed);
+            if last == 0 {
+                1.0
+            } else {
+                (now.saturating_sub(last) as f64 / PERIOD_US as f64).min(MAX_PERIODS)
+            }
+        });
         let fast = update(&self.fast[i], |o| ewma(o, x, alpha));
         // Both EWMAs start as the plain mean of the first answers.
         let n = self.answers[i].fetch_add(1, Relaxed) + 1;
@@ -265,7 +269,9 @@ impl Congestion {
         });
         let level = fast.min(slow);
         let inferred = floor.min(low * low_ratio(var.sqrt()));
-        let reference = self.unqueued(i, x).map_or(inferred, |u| inferred.min(u));
+        let reference = self
+            .unqueued(i, x, unqueued)
+            .map_or(inferred, |u| inferred.min(u));
         let excess = if reference > 0.0 {
             level / reference - 1.0
         } else {
@@ -279,14 +285,14 @@ impl Congestion {
             -RELIEF * (TARGET - excess)
         };
         update(&self.discount[i], |d| {
-            (d.unwrap_or(0.0) + step).clamp(0.0, MAX_DISCOUNT)
+            (d.unwrap_or(0.0) + step * periods).clamp(0.0, MAX_DISCOUNT)
         });
     }
 
     /// The unqueued latency of mode slot `i`, with its margin, once it has [`UNQUEUED_MIN`]
     /// answers, folding in the latest answer `x` if its request went out in a lull.
-    fn unqueued(&self, i: usize, x: f64) -> Option<f64> {
-        let n = if self.last_unqueued.load(Relaxed) == 1 {
+    fn unqueued(&self, i: usize, x: f64, in_lull: bool) -> Option<f64> {
+        let n = if in_lull {
             let n = self.unqueued_answers[i].fetch_add(1, Relaxed) + 1;
             let alpha = UNQUEUED_ALPHA.max(1.0 / n as f64);
             update(&self.unqueued[i], |o| ewma(o, x, alpha));
@@ -317,8 +323,7 @@ mod tests {
     const NS: Mode = Mode::NonStreaming;
 
     fn answer(c: &Congestion, micros: f64) {
-        c.sample(NS, micros, false);
-        c.success(0.4);
+        c.answer(NS, micros, false, 0.4, None);
     }
 
     #[test]
@@ -463,8 +468,7 @@ mod tests {
     }
 
     fn lull_answer(c: &Congestion, micros: f64) {
-        c.sample(NS, micros, true);
-        c.success(0.4);
+        c.answer(NS, micros, true, 0.4, None);
     }
 
     #[test]
@@ -547,11 +551,32 @@ mod tests {
     }
 
     #[test]
-    fn only_successes_count() {
+    fn the_discount_moves_per_second_whatever_the_answer_rate() {
+        // The same queue (answers 30 % above their idle latency after a quiet start), seen by
+        // a sidecar at 2 answers/s and by an edge proxy at 200 answers/s for 20 s each.
+        let discount_after = |per_second: u64| {
+            let c = Congestion::default();
+            let step = 1_000_000 / per_second;
+            for i in 1..=(30 * per_second) {
+                let queued = i > 10 * per_second;
+                let x = if queued { 260_000.0 } else { 200_000.0 };
+                c.answer(NS, x, false, 0.4, Some(i * step));
+            }
+            c.discount(NS)
+        };
+        let (sidecar, edge) = (discount_after(2), discount_after(200));
+        assert!(sidecar > 0.5, "{sidecar}");
+        assert!(
+            (edge / sidecar - 1.0).abs() < 0.5,
+            "edge {edge} vs sidecar {sidecar}"
+        );
+    }
+
+    #[test]
+    fn invalid_samples_are_ignored() {
         let c = Congestion::default();
-        c.sample(NS, 30_000.0, false);
-        c.failure();
-        c.success(0.4);
+        c.answer(NS, f64::NAN, false, 0.4, None);
+        c.answer(NS, -1.0, false, 0.4, None);
         assert_eq!(load(&c.floor[NS.slot()]), None);
         answer(&c, 200_000.0);
         answer(&c, 200_000.0);

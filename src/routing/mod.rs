@@ -17,6 +17,8 @@
 //! - [`keyed_hits`]: how sharply an alias's keyed picks exploit, from the share of its keyed
 //!   answers that its providers' prompt caches served.
 //! - [`quota`]: pacing a candidate whose announced quota would run out before its reset.
+//! - [`load`]: the latency this proxy's own in-flight requests add at a candidate, which keeps
+//!   a busy proxy from piling its own traffic onto one provider.
 //! - [`congestion`]: the discount on a candidate whose latency is queueing that traffic like
 //!   ours causes, which keeps a fleet of sidecars from herding.
 
@@ -26,6 +28,7 @@ pub mod available;
 pub mod congestion;
 pub mod keyed_hits;
 pub mod keyed_shares;
+pub mod load;
 pub mod lull;
 pub mod pressure;
 pub mod quota;
@@ -49,5 +52,6 @@ pub use selector::{
     COLD_WEIGHT, INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS, WAIT_AGE_FACTOR,
 };
 pub use tracker::{
-    CandidateStats, Health, InflightGuard, OwnedInflightGuard, Snapshot, StatsSnapshot, WaitGuard,
+    Answer, CandidateStats, Health, InflightGuard, OwnedInflightGuard, Snapshot, StatsSnapshot,
+    WaitGuard,
 };

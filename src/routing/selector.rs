@@ -15,6 +15,7 @@
 
 use super::attempt::Mode;
 use super::keyed_shares::SmoothedShare;
+use super::load::charged_latency;
 use super::pressure::now_us;
 use super::rng::RngSource;
 use super::tracker::{CandidateStats, Snapshot};
@@ -249,6 +250,7 @@ fn score(s: &Snapshot, k: f64) -> Score {
                 Some(waiting) if waiting > lat => waiting,
                 _ => lat,
             };
+            let lat = charged_latency(lat, s.load_slope_us, s.inflight, s.load_mean_inflight);
             let speed = success / lat.max(MIN_LATENCY_US);
             Score::Warm {
                 speed: discounted(speed, s.discount, s.pacing, k),
@@ -742,6 +744,9 @@ mod tests {
             backed_off: false,
             discount: 0.0,
             pacing: 1.0,
+            inflight: 0,
+            load_slope_us: 0.0,
+            load_mean_inflight: 0.0,
         }
     }
 
@@ -920,6 +925,9 @@ mod tests {
                         backed_off: rng.next_u64() % 5 == 0,
                         discount: [0.0, 0.5, 4.0][(rng.next_u64() % 3) as usize],
                         pacing: 1.0,
+                        inflight: 0,
+                        load_slope_us: 0.0,
+                        load_mean_inflight: 0.0,
                     }
                 })
                 .collect();
@@ -1427,6 +1435,9 @@ mod tests {
         let queued = Snapshot {
             discount: 1.5,
             pacing: 1.0,
+            inflight: 0,
+            load_slope_us: 0.0,
+            load_mean_inflight: 0.0,
             ..warm(100.0, 1.0)
         };
         // Equal latency, discount 1.5: weight ratio e^-1.5 whatever k is.

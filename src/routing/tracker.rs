@@ -6,6 +6,7 @@
 
 use super::attempt::{ErrorKind, Mode, Outcome};
 use super::congestion::Congestion;
+use super::load::Load;
 use super::pressure::Pressure;
 use super::quota::{QuotaKind, QuotaView, Quotas};
 use std::fmt;
@@ -57,6 +58,13 @@ pub struct Snapshot {
     pub discount: f64,
     /// Quota pacing factor in (0, 1] (weight × it, see [`super::quota`]).
     pub pacing: f64,
+    /// This proxy's requests in flight at the candidate now.
+    pub inflight: u64,
+    /// Latency (µs) one more request of ours adds ([`super::load`]); 0 when our load does
+    /// not move it.
+    pub load_slope_us: f64,
+    /// Mean count of our requests in flight when its answers were sent ([`super::load`]).
+    pub load_mean_inflight: f64,
 }
 
 impl Snapshot {
@@ -68,6 +76,9 @@ impl Snapshot {
         backed_off: false,
         discount: 0.0,
         pacing: 1.0,
+        inflight: 0,
+        load_slope_us: 0.0,
+        load_mean_inflight: 0.0,
     };
 }
 
@@ -111,6 +122,8 @@ pub struct CandidateStats {
     quotas: Quotas,
     /// False for the seed's tracker (the simulator's baseline), which had no such discount.
     congestion_on: bool,
+    /// How latency responds to our own load, per [`Mode`] slot.
+    load: [Load; 2],
 }
 
 /// Bits available for the timestamp in the packed last-error word.
@@ -172,6 +185,7 @@ impl CandidateStats {
             congestion: Congestion::default(),
             quotas: Quotas::default(),
             congestion_on: true,
+            load: Default::default(),
         }
     }
 
@@ -201,8 +215,8 @@ impl CandidateStats {
         if !micros.is_finite() || micros < 0.0 {
             return;
         }
+        let _ = unqueued;
         ewma_update(&self.latency[mode.slot()], micros, sane_alpha(alpha));
-        self.congestion.sample(mode, micros, unqueued);
     }
 
     /// Fold in the latency of an answer the provider gave from its prompt cache. Hits keep
@@ -223,15 +237,9 @@ impl CandidateStats {
     pub fn record_outcome(&self, outcome: Outcome, alpha: f64) {
         self.requests.fetch_add(1, Relaxed);
         let sample = match outcome {
-            Outcome::Success => {
-                if self.congestion_on {
-                    self.congestion.success(sane_alpha(alpha));
-                }
-                1.0
-            }
+            Outcome::Success => 1.0,
             Outcome::Failure => {
                 self.failures.fetch_add(1, Relaxed);
-                self.congestion.failure();
                 0.0
             }
             Outcome::ClientError => {
@@ -240,6 +248,25 @@ impl CandidateStats {
             }
         };
         ewma_update(&self.success, sample, sane_alpha(alpha));
+    }
+
+    /// Folds a successful, not prompt-cached answer into what is learned of queueing: the
+    /// congestion discount ([`super::congestion`]) and the load response ([`super::load`]).
+    /// The answer comes from the request's own [`WaitGuard`], so its latency, its send-time
+    /// load and its outcome always belong to the same request, however many run at once.
+    /// `in_lull` when it was sent in the candidate's lull; `at_us` is now on the routing clock.
+    pub fn record_answer(&self, answer: &Answer, in_lull: bool, alpha: f64, at_us: u64) {
+        let i = answer.mode.slot();
+        if self.congestion_on {
+            self.congestion.answer(
+                answer.mode,
+                answer.latency_us,
+                in_lull,
+                sane_alpha(alpha),
+                Some(at_us),
+            );
+        }
+        self.load[i].answer(answer.inflight_at_send, answer.latency_us, at_us);
     }
 
     /// Remember why and when (unix ms) the latest failure happened.
@@ -272,6 +299,9 @@ impl CandidateStats {
             backed_off: false,
             discount: self.congestion_discount(mode),
             pacing: 1.0,
+            inflight: self.inflight(),
+            load_slope_us: self.load[mode.slot()].slope_us(),
+            load_mean_inflight: self.load[mode.slot()].mean_inflight(),
         }
     }
 
@@ -290,12 +320,16 @@ impl CandidateStats {
     /// attempt ends without one. Its age then counts towards the candidate's latency (see
     /// [`super::pressure`]). The proxy should call this with [`super::pressure::now_us`] when
     /// it sends the request, the clock [`super::choose`] reads.
+    ///
+    /// Call it once the request counts as in flight ([`CandidateStats::begin_owned`]): the
+    /// guard remembers how many *other* requests of ours were in flight then.
     pub fn begin_wait(self: &Arc<Self>, mode: Mode, sent_us: u64) -> WaitGuard {
         self.pressure.start(mode, sent_us);
         WaitGuard {
             stats: Arc::clone(self),
             mode,
             sent_us,
+            inflight_at_send: self.inflight().saturating_sub(1),
         }
     }
 
@@ -526,6 +560,7 @@ pub struct WaitGuard {
     stats: Arc<CandidateStats>,
     mode: Mode,
     sent_us: u64,
+    inflight_at_send: u64,
 }
 
 impl WaitGuard {
@@ -533,6 +568,31 @@ impl WaitGuard {
     pub fn sent_us(&self) -> u64 {
         self.sent_us
     }
+
+    /// The first chunk came `latency_us` after sending: the request stops waiting, and what
+    /// it measured is kept for its outcome ([`CandidateStats::record_answer`]).
+    pub fn first_chunk(self, latency_us: f64) -> Answer {
+        Answer {
+            mode: self.mode,
+            sent_us: self.sent_us,
+            latency_us,
+            inflight_at_send: self.inflight_at_send,
+        }
+    }
+}
+
+/// What one request measured at its first chunk, held until its outcome is known: the
+/// measurement handle that keeps concurrent requests' samples apart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Answer {
+    /// The request's mode.
+    pub mode: Mode,
+    /// When it was sent (routing clock, µs).
+    pub sent_us: u64,
+    /// Time to its first chunk, µs.
+    pub latency_us: f64,
+    /// Other requests of ours in flight at the candidate when it was sent.
+    pub inflight_at_send: u64,
 }
 
 impl Drop for WaitGuard {

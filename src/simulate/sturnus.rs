@@ -205,9 +205,10 @@ impl Strategy for Sturnus {
         // as every attempt's answer is its only chunk here, stops being in flight.
         let sent = now.saturating_sub(response.latency);
         let waiting = &mut self.waiting[p];
-        if let Some(i) = waiting.iter().position(|g| g.sent_us() == sent) {
-            drop(waiting.swap_remove(i));
-        }
+        let answer = waiting
+            .iter()
+            .position(|g| g.sent_us() == sent)
+            .map(|i| waiting.swap_remove(i).first_chunk(response.latency as f64));
         drop(self.inflight[p].pop());
         let keyed = &mut self.keyed_sent[p];
         if let Some(i) = keyed.iter().position(|&at| at == sent) {
@@ -229,9 +230,11 @@ impl Strategy for Sturnus {
             index: p,
             of: self.stats.len(),
         };
-        if response.cached && self.variant.prefix_affinity {
+        let cached = response.cached && self.variant.prefix_affinity;
+        let in_lull = lull::unqueued_sample(sent, slot);
+        if cached {
             stats.record_cached_latency(MODE, response.latency as f64, alpha);
-        } else if lull::unqueued_sample(sent, slot) {
+        } else if in_lull {
             stats.record_lull_latency(MODE, response.latency as f64, alpha);
         } else {
             stats.record_latency(MODE, response.latency as f64, alpha);
@@ -239,7 +242,12 @@ impl Strategy for Sturnus {
         // As outcome::finish.
         match Outcome::from_status(status) {
             Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, alpha),
-            outcome => stats.record_outcome(outcome, alpha),
+            outcome => {
+                stats.record_outcome(outcome, alpha);
+                if let (Outcome::Success, Some(answer), false) = (outcome, answer, cached) {
+                    stats.record_answer(&answer, in_lull, alpha, now);
+                }
+            }
         }
         if let (true, Some(q)) = (self.variant.pacing, response.quota) {
             stats.observe_quota(
