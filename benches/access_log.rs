@@ -22,6 +22,7 @@ fn routed() -> AccessRecord<'static> {
         provider: Some("groq"),
         model: Some("llama-3.3-70b"),
         stream: Some(true),
+        route: Some("pick"),
         status: Some(200),
         outcome: Verdict::Success,
         error_kind: None,

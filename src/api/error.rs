@@ -20,6 +20,15 @@ pub struct ApiError {
     pub code: Option<&'static str>,
 }
 
+/// A client-supplied name as an error message shows it: at most 200 characters.
+fn shown(name: &str) -> String {
+    let mut shown: String = name.chars().take(200).collect();
+    if shown.len() < name.len() {
+        shown.push('…');
+    }
+    shown
+}
+
 impl ApiError {
     fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
         ApiError {
@@ -41,10 +50,7 @@ impl ApiError {
 
     /// 404: the requested model is not a configured alias.
     pub fn model_not_found(model: &str) -> Self {
-        let mut shown: String = model.chars().take(200).collect();
-        if shown.len() < model.len() {
-            shown.push('…');
-        }
+        let shown = shown(model);
         ApiError {
             param: Some("model"),
             code: Some("model_not_found"),
@@ -53,6 +59,60 @@ impl ApiError {
                 "invalid_request_error",
                 format!(
                     "The model `{shown}` does not exist: it is not an alias configured in sturnus"
+                ),
+            )
+        }
+    }
+
+    /// 404 `response_id_unrecognised`: a Responses API object id without a valid holder tag
+    /// (altered, made up, or not issued through sturnus), so no candidate can be named.
+    pub fn response_id_unrecognised(id: &str) -> Self {
+        ApiError {
+            code: Some("response_id_unrecognised"),
+            ..Self::new(
+                404,
+                "invalid_request_error",
+                format!(
+                    "No response with id `{}` was issued through sturnus: the id carries no valid \
+                     holder tag (it was altered, or comes from a direct call to a provider)",
+                    shown(id)
+                ),
+            )
+        }
+    }
+
+    /// 404 `response_holder_not_configured`: the id's holder tag is valid but names no
+    /// candidate of the running configuration.
+    pub fn response_holder_not_configured(id: &str, tag: &str) -> Self {
+        ApiError {
+            code: Some("response_holder_not_configured"),
+            ..Self::new(
+                404,
+                "invalid_request_error",
+                format!(
+                    "The response `{}` is held by a candidate (tag {tag}) that is not in \
+                     sturnus's configuration any more",
+                    shown(id)
+                ),
+            )
+        }
+    }
+
+    /// 400 `previous_response_not_found`: a follow-up whose previous response is held by a
+    /// candidate that the requested alias does not list.
+    pub fn previous_response_elsewhere(id: &str, alias: &str) -> Self {
+        ApiError {
+            param: Some("previous_response_id"),
+            code: Some("previous_response_not_found"),
+            ..Self::new(
+                400,
+                "invalid_request_error",
+                format!(
+                    "Previous response with id `{}` is held by a candidate that alias `{}` \
+                     does not list (or that is not configured any more); continue it with the \
+                     alias that created it",
+                    shown(id),
+                    shown(alias)
                 ),
             )
         }

@@ -55,6 +55,9 @@ pub struct AccessRecord<'a> {
     pub model: Option<&'a str>,
     /// Whether the request asked for streaming, when routed.
     pub stream: Option<bool>,
+    /// Why the candidate was chosen (`pick`, `session_affinity`, `prefix_affinity`,
+    /// `held_object`), when routed.
+    pub route: Option<&'a str>,
     /// The status sent to the client, if any was sent.
     pub status: Option<u16>,
     /// How the request ended.
@@ -146,6 +149,7 @@ mod tests {
             provider: routed.then_some("openai"),
             model: routed.then_some("gpt \"x\""),
             stream: routed.then_some(true),
+            route: routed.then_some("pick"),
             status: routed.then_some(200),
             outcome: Verdict::Success,
             error_kind: None,
@@ -191,6 +195,7 @@ mod tests {
             "provider",
             "model",
             "stream",
+            "route",
             "status",
             "outcome",
             "error_kind",
@@ -211,6 +216,7 @@ mod tests {
             "provider",
             "model",
             "stream",
+            "route",
             "status",
         ] {
             assert!(v[field].is_null(), "{field} in {unrouted}");
@@ -238,7 +244,7 @@ mod tests {
     /// The example line of docs/observability.md, byte for byte.
     #[test]
     fn the_line_reads_as_documented() {
-        let documented = r#"{"timestamp":"2026-01-05T10:00:01.234Z","level":"INFO","target":"sturnus::access","message":"access","request_id":"3449abb3-dc01-4f5b-bb87-ac7338b2746d","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"2a2d064b2bdb3395","parent_span_id":"00f067aa0ba902b7","method":"POST","path":"/v1/chat/completions","alias":"fast","provider":"groq","model":"llama-3.3-70b","stream":true,"status":200,"outcome":"success","error_kind":null,"ttfc_ms":182.411,"duration_ms":2310.07,"request_bytes":412,"response_bytes":5120,"upstream_request_id":"req_01h..."}"#;
+        let documented = r#"{"timestamp":"2026-01-05T10:00:01.234Z","level":"INFO","target":"sturnus::access","message":"access","request_id":"3449abb3-dc01-4f5b-bb87-ac7338b2746d","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"2a2d064b2bdb3395","parent_span_id":"00f067aa0ba902b7","method":"POST","path":"/v1/chat/completions","alias":"fast","provider":"groq","model":"llama-3.3-70b","stream":true,"route":"pick","status":200,"outcome":"success","error_kind":null,"ttfc_ms":182.411,"duration_ms":2310.07,"request_bytes":412,"response_bytes":5120,"upstream_request_id":"req_01h..."}"#;
         let docs = include_str!("../../docs/observability.md");
         assert!(docs.contains(documented), "docs/observability.md changed");
         let record = AccessRecord {
@@ -252,6 +258,7 @@ mod tests {
             provider: Some("groq"),
             model: Some("llama-3.3-70b"),
             stream: Some(true),
+            route: Some("pick"),
             status: Some(200),
             outcome: Verdict::Success,
             error_kind: None,

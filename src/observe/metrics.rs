@@ -58,6 +58,40 @@ pub fn stream_label(mode: Mode) -> &'static str {
     }
 }
 
+/// Why a routed request went to its candidate: the `route` of the access log and of
+/// `sturnus_routes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteReason {
+    /// The latency-weighted pick among the alias's candidates.
+    Pick,
+    /// The `x-session-affinity` pin named it.
+    SessionAffinity,
+    /// The conversation key's pick (prefix affinity).
+    PrefixAffinity,
+    /// The id of a Responses API object it holds named it.
+    HeldObject,
+}
+
+impl RouteReason {
+    /// Every reason, in the order their series are kept.
+    pub const ALL: [RouteReason; 4] = [
+        RouteReason::Pick,
+        RouteReason::SessionAffinity,
+        RouteReason::PrefixAffinity,
+        RouteReason::HeldObject,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteReason::Pick => "pick",
+            RouteReason::SessionAffinity => "session_affinity",
+            RouteReason::PrefixAffinity => "prefix_affinity",
+            RouteReason::HeldObject => "held_object",
+        }
+    }
+}
+
 /// The registry and every sturnus metric family.
 pub struct Metrics {
     registry: Registry,
@@ -94,6 +128,8 @@ pub struct CandidateSeries {
     client_closed: IntCounter,
     inflight: IntGauge,
     share: Gauge,
+    /// `sturnus_routes_total`, per [`RouteReason::ALL`].
+    routes: [IntCounter; 4],
 }
 
 fn slot(mode: Mode) -> usize {
@@ -179,6 +215,16 @@ impl Metrics {
             ),
             &[CANDIDATE_LABELS.as_slice(), &["kind"]].concat(),
         )?;
+        let routes = IntCounterVec::new(
+            Opts::new(
+                "sturnus_routes_total",
+                "Requests routed to each candidate, by why it was chosen: pick (the \
+                 latency-weighted pick), session_affinity (the x-session-affinity pin), \
+                 prefix_affinity (the conversation key) or held_object (the candidate holds the \
+                 Responses API object the request names).",
+            ),
+            &[CANDIDATE_LABELS.as_slice(), &["route"]].concat(),
+        )?;
         let build_info = IntGaugeVec::new(
             Opts::new("sturnus_build_info", "Always 1; the version is a label."),
             &["version"],
@@ -210,6 +256,7 @@ impl Metrics {
         registry.register(Box::new(inflight.clone()))?;
         registry.register(Box::new(share.clone()))?;
         registry.register(Box::new(quota_ratio.clone()))?;
+        registry.register(Box::new(routes.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(healthy))?;
 
@@ -239,6 +286,7 @@ impl Metrics {
                         client_closed: errors.with_label_values(&l(CLIENT_CLOSED)),
                         inflight: inflight.with_label_values(&base),
                         share: share.with_label_values(&base),
+                        routes: RouteReason::ALL.map(|r| routes.with_label_values(&l(r.as_str()))),
                         labels: labels.clone(),
                     })
                 })
@@ -362,6 +410,13 @@ pub struct Tracked {
 }
 
 impl Tracked {
+    /// Counts why the request went to its candidate (`sturnus_routes_total`).
+    pub fn routed(&self, reason: RouteReason) {
+        if let Some(s) = &self.series {
+            s.routes[reason as usize].inc();
+        }
+    }
+
     /// Observes the time to the first response chunk.
     pub fn first_chunk(&self, seconds: f64) {
         if let Some(s) = &self.series {

@@ -1,8 +1,10 @@
 //! The per-request state: the only state a request carries between Pingora's hooks.
 
 use super::overhead::OverheadMarks;
+use crate::body::holder_tag::HolderTag;
 use crate::budget::Reservation;
 use crate::catalog::Candidate;
+use crate::observe::metrics::RouteReason;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
 use crate::routing::lull::Slot;
@@ -32,6 +34,11 @@ pub struct Route {
     pub inflight: OwnedInflightGuard,
     /// The request's metric series (in flight until the context drops).
     pub metrics: Tracked,
+    /// Why the candidate was chosen (logged as `route`, counted in `sturnus_routes_total`).
+    pub reason: RouteReason,
+    /// For a Responses API answer: the candidate's holder tag, which the response ids in the
+    /// answer get ([`crate::body::id_splice`]).
+    pub holder: Option<HolderTag>,
 }
 
 /// State of one request across the proxy hooks.

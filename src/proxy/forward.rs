@@ -14,8 +14,9 @@
 
 use super::client_watch::{client_left, ClientWatch};
 use super::ctx::RequestCtx;
-use super::{outcome, overhead, upstream_request};
+use super::{held_answer, outcome, overhead, upstream_request};
 use crate::app::App;
+use crate::body::id_splice::StreamTagger;
 use bytes::Bytes;
 use pingora::http::RequestHeader;
 use pingora_core::protocols::http::client::HttpSession;
@@ -217,6 +218,14 @@ async fn relay_response(
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),
     };
     outcome::response_filter(&mut response, ctx);
+    let mut tagger = match held_answer::tagging(&mut response, ctx) {
+        held_answer::Tagging::Untouched => None,
+        held_answer::Tagging::Stream(tagger) => Some(tagger),
+        held_answer::Tagging::Whole(holder) => {
+            return held_answer::relay_whole(session, app, ctx, upstream, response, holder, gone)
+                .await;
+        }
+    };
     // The header goes out at once, with whatever body has already arrived.
     let mut tasks = vec![HttpTask::Header(Box::new(response), false)];
     let mut first_write = true;
@@ -229,12 +238,14 @@ async fn relay_response(
                 chunk = upstream.read_response_body() => chunk,
                 () = gone.as_mut() => return Err(client_left()),
             };
-            outcome = batch.take(chunk, upstream, &mut tasks, ctx, app);
+            outcome = batch.take(chunk, upstream, &mut tasks, ctx, app, &mut tagger);
         }
         while matches!(outcome, Ok(false)) && batch.has_room() {
             // Pingora's own proxy loop also drops a pending read (it is cancel-safe).
             match ready_now(upstream.read_response_body()) {
-                Some(chunk) => outcome = batch.take(chunk, upstream, &mut tasks, ctx, app),
+                Some(chunk) => {
+                    outcome = batch.take(chunk, upstream, &mut tasks, ctx, app, &mut tagger)
+                }
                 None => break,
             }
         }
@@ -277,8 +288,8 @@ impl Batch {
         self.chunks < MAX_BATCH_CHUNKS && self.bytes < MAX_BATCH_BYTES
     }
 
-    /// Times and counts one chunk read from the provider and queues it for the client; true
-    /// at the end of the response.
+    /// Times and counts one chunk read from the provider and queues it for the client (its
+    /// events' response ids tagged, with a `tagger`); true at the end of the response.
     fn take(
         &mut self,
         chunk: Result<Option<Bytes>>,
@@ -286,6 +297,7 @@ impl Batch {
         tasks: &mut Vec<HttpTask>,
         ctx: &mut RequestCtx,
         app: &App,
+        tagger: &mut Option<StreamTagger>,
     ) -> Result<bool> {
         let chunk = chunk.map_err(|e| e.into_up())?;
         let end = chunk.is_none() || upstream.response_done();
@@ -293,6 +305,10 @@ impl Batch {
         outcome::response_body_filter(body, end, ctx, app);
         self.chunks += 1;
         self.bytes += body.len();
+        let chunk = match tagger {
+            Some(tagger) => held_answer::retag(tagger, chunk, end),
+            None => chunk,
+        };
         tasks.push(HttpTask::Body(chunk, end));
         Ok(end)
     }

@@ -12,6 +12,8 @@ pub mod ctx;
 mod fail_to_proxy;
 mod forward;
 pub mod header_guard;
+mod held_answer;
+pub mod held_object;
 pub mod outcome;
 mod overhead;
 mod quota;

@@ -231,6 +231,7 @@ pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, ap
         provider: route.map(|r| r.candidate.provider.name.as_str()),
         model: route.map(|r| r.candidate.model.as_str()),
         stream: route.map(|r| r.mode == crate::routing::Mode::Streaming),
+        route: route.map(|r| r.reason.as_str()),
         status,
         outcome: verdict,
         error_kind,
