@@ -21,6 +21,7 @@ mod passthrough;
 mod prefix;
 mod providers;
 mod quota;
+mod responses;
 mod routing;
 mod shutdown;
 mod simulate;
