@@ -167,7 +167,7 @@ async fn metrics_count_known_traffic_exactly() {
 
     let m = proxy.settled_metrics().await;
 
-    // Exactly the nine families, with their types.
+    // Exactly the ten families, with their types.
     let types: BTreeMap<&str, &str> = m
         .types
         .iter()
@@ -183,6 +183,7 @@ async fn metrics_count_known_traffic_exactly() {
             ("sturnus_latency_seconds", "histogram"),
             ("sturnus_overhead_seconds", "histogram"),
             ("sturnus_requests_total", "counter"),
+            ("sturnus_routes_total", "counter"),
             ("sturnus_routing_share", "gauge"),
             ("sturnus_ttfc_seconds", "histogram"),
         ])
@@ -223,6 +224,17 @@ async fn metrics_count_known_traffic_exactly() {
         1.0,
     );
     assert_eq!(values(&m, "sturnus_errors_total"), want);
+
+    // Routes: every reason pre-created per candidate; the six pinned requests to up count as
+    // session_affinity, nothing was held.
+    let routes = values(&m, "sturnus_routes_total");
+    let reasons = ["pick", "session_affinity", "prefix_affinity", "held_object"];
+    assert_eq!(routes.len(), configured.len() * reasons.len());
+    assert_eq!(routes[&with(&fast_up, ("route", "session_affinity"))], 6.0);
+    assert!(routes
+        .iter()
+        .filter(|(l, _)| l["route"] == "held_object")
+        .all(|(_, v)| *v == 0.0));
 
     // TTFC and latency: four non-streaming and two streaming responses from up, one from bad.
     for family in ["sturnus_ttfc_seconds", "sturnus_latency_seconds"] {
