@@ -80,16 +80,9 @@ pub async fn relay_whole(
     let mut body = Vec::new();
     let mut end = false;
     while !end && body.len() <= MAX_WHOLE_BYTES {
-        let chunk = tokio::select! {
-            biased;
-            chunk = upstream.read_response_body() => chunk,
-            () = gone.as_mut() => return Err(client_left()),
-        };
-        let chunk = chunk.map_err(|e| e.into_up())?;
-        end = chunk.is_none() || upstream.response_done();
-        let piece = chunk.as_deref().unwrap_or_default();
-        outcome::response_body_filter(piece, end, ctx, app);
-        body.extend_from_slice(piece);
+        let chunk;
+        (chunk, end) = next_piece(upstream, gone.as_mut(), ctx, app).await?;
+        body.extend_from_slice(chunk.as_deref().unwrap_or_default());
     }
     if end {
         if let Some(tagged) = tag_json_answer(&body, &holder) {
@@ -110,20 +103,33 @@ pub async fn relay_whole(
     }
     written.map_err(|e| e.into_down())?;
     while !end {
-        let chunk = tokio::select! {
-            biased;
-            chunk = upstream.read_response_body() => chunk,
-            () = gone.as_mut() => return Err(client_left()),
-        };
-        let chunk = chunk.map_err(|e| e.into_up())?;
-        end = chunk.is_none() || upstream.response_done();
-        outcome::response_body_filter(chunk.as_deref().unwrap_or_default(), end, ctx, app);
+        let chunk;
+        (chunk, end) = next_piece(upstream, gone.as_mut(), ctx, app).await?;
         session
             .write_response_tasks(vec![HttpTask::Body(chunk, end)])
             .await
             .map_err(|e| e.into_down())?;
     }
     Ok(())
+}
+
+/// The next piece of the provider's body, accounted, and whether it ends the body; the client
+/// leaving ends the request.
+async fn next_piece(
+    upstream: &mut HttpSession,
+    gone: Pin<&mut impl Future<Output = ()>>,
+    ctx: &mut RequestCtx,
+    app: &App,
+) -> Result<(Option<Bytes>, bool)> {
+    let chunk = tokio::select! {
+        biased;
+        chunk = upstream.read_response_body() => chunk,
+        () = gone => return Err(client_left()),
+    };
+    let chunk = chunk.map_err(|e| e.into_up())?;
+    let end = chunk.is_none() || upstream.response_done();
+    outcome::response_body_filter(chunk.as_deref().unwrap_or_default(), end, ctx, app);
+    Ok((chunk, end))
 }
 
 #[cfg(test)]

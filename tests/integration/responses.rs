@@ -3,19 +3,13 @@
 //! cancellation, deletion, input items and background mode reach the candidate that issued the
 //! response; ids sturnus did not issue get a 404 and reach no provider.
 
-use crate::common::{client, provider_toml, Fault, Proxy, SimProvider};
+use crate::common::{client, two_candidates_config, Fault, Proxy, SimProvider};
 use serde_json::{json, Value};
 use sturnus::body::holder_tag::{untag, HolderTag, SUFFIX_LEN};
 
 /// Two providers `a` and `b` (alias `fast`: `a/ma`, `b/mb`) and two sidecars with one config.
 async fn two_sidecars() -> (SimProvider, SimProvider, Proxy, Proxy) {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
-    let config = format!(
-        "{}{}\n[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n",
-        provider_toml("a", &a, None),
-        provider_toml("b", &b, None)
-    );
+    let (a, b, config) = two_candidates_config("").await;
     let one = Proxy::start(&config).await;
     let two = Proxy::start(&config).await;
     (a, b, one, two)
@@ -29,6 +23,20 @@ async fn create(proxy: &Proxy, body: &Value) -> reqwest::Response {
         .send()
         .await
         .unwrap()
+}
+
+/// Sends `method path` to `proxy` with no body.
+async fn call(proxy: &Proxy, method: reqwest::Method, path: &str) -> reqwest::Response {
+    client()
+        .request(method, proxy.url(path))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The JSON answer of `method path` through `proxy`.
+async fn call_json(proxy: &Proxy, method: reqwest::Method, path: &str) -> Value {
+    call(proxy, method, path).await.json().await.unwrap()
 }
 
 /// The `data:` payloads of an SSE body.
@@ -164,33 +172,28 @@ async fn retrieve_input_items_cancel_and_delete_reach_the_issuer_through_either_
     let (issuer, other) = if holder == "a" { (&a, &b) } else { (&b, &a) };
     let (issuer_before, other_before) = (issuer.request_count(), other.request_count());
 
-    let got: Value = client()
-        .get(two.url(&format!("/v1/responses/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let got: Value = call_json(&two, reqwest::Method::GET, &format!("/v1/responses/{id}")).await;
     assert_eq!(got["id"], id.as_str());
     assert_eq!(got["status"], "completed");
 
-    let items = client()
-        .get(two.url(&format!("/v1/responses/{id}/input_items?limit=5")))
-        .send()
-        .await
-        .unwrap();
+    let items = call(
+        &two,
+        reqwest::Method::GET,
+        &format!("/v1/responses/{id}/input_items?limit=5"),
+    )
+    .await;
     assert_eq!(items.status(), 200);
     let items: Value = items.json().await.unwrap();
     assert_eq!(items["object"], "list");
     assert_eq!(items["data"][0]["content"][0]["text"], "keep me");
 
     // A synchronous response cannot be cancelled: the provider's 400 comes back as it is.
-    let cancel = client()
-        .post(one.url(&format!("/v1/responses/{id}/cancel")))
-        .send()
-        .await
-        .unwrap();
+    let cancel = call(
+        &one,
+        reqwest::Method::POST,
+        &format!("/v1/responses/{id}/cancel"),
+    )
+    .await;
     assert_eq!(cancel.status(), 400);
     let cancel: Value = cancel.json().await.unwrap();
     assert_eq!(
@@ -198,23 +201,17 @@ async fn retrieve_input_items_cancel_and_delete_reach_the_issuer_through_either_
         "Cannot cancel a synchronous response."
     );
 
-    let deleted: Value = client()
-        .delete(two.url(&format!("/v1/responses/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let deleted: Value = call_json(
+        &two,
+        reqwest::Method::DELETE,
+        &format!("/v1/responses/{id}"),
+    )
+    .await;
     assert_eq!(
         deleted,
         json!({"id": id, "object": "response.deleted", "deleted": true})
     );
-    let gone = client()
-        .get(one.url(&format!("/v1/responses/{id}")))
-        .send()
-        .await
-        .unwrap();
+    let gone = call(&one, reqwest::Method::GET, &format!("/v1/responses/{id}")).await;
     assert_eq!(gone.status(), 404);
     assert_eq!(issuer.request_count(), issuer_before + 5);
     assert_eq!(other.request_count(), other_before);
@@ -235,14 +232,8 @@ async fn background_responses_poll_to_completion_resume_their_stream_and_cancel(
     provider_id(&id, &holder);
     let mut seen = Vec::new();
     for _ in 0..5 {
-        let polled: Value = client()
-            .get(two.url(&format!("/v1/responses/{id}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let polled: Value =
+            call_json(&two, reqwest::Method::GET, &format!("/v1/responses/{id}")).await;
         assert_eq!(polled["id"], id.as_str());
         seen.push(polled["status"].as_str().unwrap().to_string());
         if polled["status"] == "completed" {
@@ -251,11 +242,12 @@ async fn background_responses_poll_to_completion_resume_their_stream_and_cancel(
     }
     assert_eq!(seen, ["in_progress", "completed"]);
 
-    let resumed = client()
-        .get(two.url(&format!("/v1/responses/{id}?stream=true&starting_after=1")))
-        .send()
-        .await
-        .unwrap();
+    let resumed = call(
+        &two,
+        reqwest::Method::GET,
+        &format!("/v1/responses/{id}?stream=true&starting_after=1"),
+    )
+    .await;
     assert_eq!(resumed.status(), 200);
     assert!(resumed.headers()["content-type"]
         .to_str()
@@ -277,14 +269,12 @@ async fn background_responses_poll_to_completion_resume_their_stream_and_cancel(
     .await;
     let started: Value = started.json().await.unwrap();
     let id = started["id"].as_str().unwrap();
-    let cancelled: Value = client()
-        .post(one.url(&format!("/v1/responses/{id}/cancel")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cancelled: Value = call_json(
+        &one,
+        reqwest::Method::POST,
+        &format!("/v1/responses/{id}/cancel"),
+    )
+    .await;
     assert_eq!(cancelled["status"], "cancelled");
     assert_eq!(cancelled["id"], id);
 }
@@ -394,22 +384,14 @@ async fn the_holder_answers_even_while_it_fails_and_its_answer_comes_back_as_it_
 #[tokio::test]
 async fn one_alias_is_served_in_openais_model_shape() {
     let (_a, _b, one, _two) = two_sidecars().await;
-    let resp = client()
-        .get(one.url("/v1/models/fast"))
-        .send()
-        .await
-        .unwrap();
+    let resp = call(&one, reqwest::Method::GET, "/v1/models/fast").await;
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(
         v,
         json!({"id": "fast", "object": "model", "created": 0, "owned_by": "sturnus"})
     );
-    let resp = client()
-        .get(one.url("/v1/models/slow"))
-        .send()
-        .await
-        .unwrap();
+    let resp = call(&one, reqwest::Method::GET, "/v1/models/slow").await;
     assert_eq!(resp.status(), 404);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["code"], "model_not_found");

@@ -82,6 +82,13 @@ pub fn fast_alias_config(name: &str, sim: &SimProvider, model: &str, key: Option
 /// Two simulated providers `a` (model `ma`) and `b` (model `mb`) as alias `fast`, sturnus in
 /// front; `extra` is appended to the config (a `[routing]` table, more aliases).
 pub async fn two_candidates(extra: &str) -> (SimProvider, SimProvider, Proxy) {
+    let (a, b, config) = two_candidates_config(extra).await;
+    let proxy = Proxy::start(&config).await;
+    (a, b, proxy)
+}
+
+/// [`two_candidates`]'s providers and config, for tests that start sturnus themselves.
+pub async fn two_candidates_config(extra: &str) -> (SimProvider, SimProvider, String) {
     let a = SimProvider::start("a").await.unwrap();
     let b = SimProvider::start("b").await.unwrap();
     let config = format!(
@@ -89,8 +96,7 @@ pub async fn two_candidates(extra: &str) -> (SimProvider, SimProvider, Proxy) {
         provider_toml("a", &a, None),
         provider_toml("b", &b, None)
     );
-    let proxy = Proxy::start(&config).await;
-    (a, b, proxy)
+    (a, b, config)
 }
 
 /// Where the wall clock is in the lull rotation (`sturnus::routing::lull`): which period
