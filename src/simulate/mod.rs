@@ -283,32 +283,45 @@ pub fn main(args: &SimulateArgs) -> i32 {
     });
     let (report, runs) = match run {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
-        }
+        Err(e) => return fail(e),
     };
     let markdown = if args.sweep {
         family_report::sweep_markdown(&report) + "\n" + &report::markdown(&report)
     } else {
         report::markdown(&report)
     };
-    let json = match serde_json::to_string_pretty(&report) {
-        Ok(j) => j,
-        Err(e) => {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
+    let write = |dir: &std::path::Path, markdown: &str, json: &str| {
+        if args.sweep {
+            write_files(dir, &[("sweep.md", markdown), ("sweep.json", json)])
+        } else {
+            write_out(dir, markdown, json, &runs)
         }
     };
+    finish(args, &markdown, &report, write, report.all_pass())
+}
+
+/// Reports why `sturnus simulate` cannot go on; exit code 1.
+fn fail(e: impl std::fmt::Display) -> i32 {
+    eprintln!("sturnus simulate: {e}");
+    1
+}
+
+/// Prints `report` (JSON with `--json`, else `markdown`), has `write` put both under `--out`;
+/// returns the exit code (2 with `--check` when `pass` is false).
+fn finish(
+    args: &SimulateArgs,
+    markdown: &str,
+    report: &impl serde::Serialize,
+    write: impl FnOnce(&std::path::Path, &str, &str) -> Result<(), SimulateError>,
+    pass: bool,
+) -> i32 {
+    let json = match serde_json::to_string_pretty(report) {
+        Ok(j) => j,
+        Err(e) => return fail(e),
+    };
     if let Some(dir) = &args.out {
-        let written = if args.sweep {
-            write_files(dir, &[("sweep.md", &markdown), ("sweep.json", &json)])
-        } else {
-            write_out(dir, &markdown, &json, &runs)
-        };
-        if let Err(e) = written {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
+        if let Err(e) = write(dir, markdown, &json) {
+            return fail(e);
         }
     }
     if args.json {
@@ -316,7 +329,7 @@ pub fn main(args: &SimulateArgs) -> i32 {
     } else {
         print!("{markdown}");
     }
-    if args.check && !report.all_pass() {
+    if args.check && !pass {
         return 2;
     }
     0
@@ -338,40 +351,21 @@ fn family_main(args: &SimulateArgs, n: usize, size: Size) -> i32 {
     });
     let report = match run {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
-        }
+        Err(e) => return fail(e),
     };
-    let markdown = family_report::markdown(&report);
-    let json = match serde_json::to_string_pretty(&report) {
-        Ok(j) => j,
-        Err(e) => {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
-        }
-    };
-    if let Some(dir) = &args.out {
-        if let Err(e) = write_files(dir, &[("family.md", &markdown), ("family.json", &json)]) {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
-        }
-    }
-    if args.json {
-        println!("{json}");
-    } else {
-        print!("{markdown}");
-    }
-    if args.check && !report.all_pass() {
+    if args.check {
         for t in report.targets.iter().filter(|t| !t.pass) {
             eprintln!(
                 "sturnus simulate: family target missed: {} ({})",
                 t.what, t.value
             );
         }
-        return 2;
     }
-    0
+    let write = |dir: &std::path::Path, markdown: &str, json: &str| {
+        write_files(dir, &[("family.md", markdown), ("family.json", json)])
+    };
+    let markdown = family_report::markdown(&report);
+    finish(args, &markdown, &report, write, report.all_pass())
 }
 
 /// Writes each `(file name, text)` into `dir`, creating it.

@@ -1,9 +1,9 @@
 //! Two more well-known load-aware contenders, each the plain textbook form.
 //!
-//! - [`LeastOutstanding`]: the provider with the fewest attempts in flight from this sidecar,
+//! - [`LoadAware::least_outstanding`]: the provider with the fewest attempts in flight from this sidecar,
 //!   ties broken by the lowest latency EWMA (Envoy's and NGINX's least-request family, with
 //!   latency as the tie-break).
-//! - [`PendingPenalty`]: every provider scored by its latency EWMA inflated by its in-flight
+//! - [`LoadAware::pending_penalty`]: every provider scored by its latency EWMA inflated by its in-flight
 //!   count, the lowest score wins (the full-scan "pending penalty" of agentgateway-style
 //!   gateways, where P2C compares only two random providers and uses a peak EWMA).
 //!
@@ -17,7 +17,7 @@ use crate::routing::SplitMix64;
 /// Weight of a new sample in the latency EWMA of both contenders.
 pub const EWMA_ALPHA: f64 = 0.3;
 
-/// How much each attempt in flight inflates [`PendingPenalty`]'s score: score = EWMA ×
+/// How much each attempt in flight inflates [`LoadAware::pending_penalty`]'s score: score = EWMA ×
 /// (1 + this × in flight).
 pub const PENDING_WEIGHT: f64 = 1.0;
 
@@ -52,66 +52,46 @@ impl Load {
     }
 }
 
-/// Index of the smallest key (the first on ties).
-fn argmin_by<K: PartialOrd>(loads: &[Load], key: impl Fn(&Load) -> K) -> usize {
-    let mut best = 0;
-    for i in 1..loads.len() {
-        if key(&loads[i]) < key(&loads[best]) {
-            best = i;
-        }
-    }
-    best
-}
-
-/// Fewest attempts in flight, ties by lowest latency EWMA.
+/// A strategy that picks the provider with the smallest key of its [`Load`].
 #[derive(Debug)]
-pub struct LeastOutstanding {
+pub struct LoadAware {
     loads: Vec<Load>,
+    key: fn(&Load) -> (f64, f64),
 }
 
-impl LeastOutstanding {
-    /// Least-outstanding over `n` providers.
-    pub fn new(n: usize) -> Self {
+impl LoadAware {
+    /// Least-outstanding over `n` providers: fewest attempts in flight, ties by lowest
+    /// latency EWMA.
+    pub fn least_outstanding(n: usize) -> Self {
         Self {
             loads: vec![Load::default(); n.max(1)],
+            key: |l| (f64::from(l.in_flight), l.latency()),
         }
     }
-}
 
-impl Strategy for LeastOutstanding {
-    fn pick(&mut self, _now: Micros, _rng: &mut SplitMix64, _world: &Providers) -> usize {
-        argmin_by(&self.loads, |l| (l.in_flight, l.latency()))
-    }
-
-    fn started(&mut self, p: usize, _now: Micros) {
-        self.loads[p].started();
-    }
-
-    fn finished(&mut self, p: usize, _now: Micros, response: &Response) {
-        self.loads[p].finished(response);
-    }
-}
-
-/// Lowest latency EWMA × (1 + [`PENDING_WEIGHT`] × in flight) over every provider.
-#[derive(Debug)]
-pub struct PendingPenalty {
-    loads: Vec<Load>,
-}
-
-impl PendingPenalty {
-    /// Pending-penalty choice over `n` providers.
-    pub fn new(n: usize) -> Self {
+    /// Pending penalty over `n` providers: lowest latency EWMA × (1 + [`PENDING_WEIGHT`] ×
+    /// in flight).
+    pub fn pending_penalty(n: usize) -> Self {
         Self {
             loads: vec![Load::default(); n.max(1)],
+            key: |l| {
+                let inflated = l.latency() * (1.0 + PENDING_WEIGHT * f64::from(l.in_flight));
+                (inflated, 0.0)
+            },
         }
     }
 }
 
-impl Strategy for PendingPenalty {
+impl Strategy for LoadAware {
+    /// The smallest key, the first provider on ties.
     fn pick(&mut self, _now: Micros, _rng: &mut SplitMix64, _world: &Providers) -> usize {
-        argmin_by(&self.loads, |l| {
-            l.latency() * (1.0 + PENDING_WEIGHT * f64::from(l.in_flight))
-        })
+        let mut best = 0;
+        for i in 1..self.loads.len() {
+            if (self.key)(&self.loads[i]) < (self.key)(&self.loads[best]) {
+                best = i;
+            }
+        }
+        best
     }
 
     fn started(&mut self, p: usize, _now: Micros) {
@@ -126,6 +106,7 @@ impl Strategy for PendingPenalty {
 #[cfg(test)]
 mod tests {
     use super::super::provider::{ProviderSpec, Reply};
+    use super::super::strategy::tests::ok;
     use super::*;
 
     fn world() -> Providers {
@@ -135,19 +116,10 @@ mod tests {
         )
     }
 
-    fn ok(ms: u64) -> Response {
-        Response {
-            latency: ms * 1000,
-            reply: Reply::Ok,
-            quota: None,
-            cached: false,
-        }
-    }
-
     #[test]
     fn least_outstanding_counts_in_flight_then_latency() {
         let (w, mut rng) = (world(), SplitMix64::new(1));
-        let mut s = LeastOutstanding::new(2);
+        let mut s = LoadAware::least_outstanding(2);
         s.started(0, 0);
         s.finished(0, 0, &ok(100));
         s.started(1, 0);
@@ -164,7 +136,7 @@ mod tests {
     #[test]
     fn pending_penalty_inflates_latency_by_in_flight() {
         let (w, mut rng) = (world(), SplitMix64::new(1));
-        let mut s = PendingPenalty::new(2);
+        let mut s = LoadAware::pending_penalty(2);
         // Unmeasured providers are tried first.
         assert_eq!(s.pick(0, &mut rng, &w), 0);
         s.started(0, 0);

@@ -161,7 +161,7 @@ impl SplitProvider {
             return top;
         }
         let (mut lo, mut hi) = (0.0, top);
-        for _ in 0..60 {
+        for _ in 0..50 {
             let mid = (lo + hi) / 2.0;
             if self.marginal(mid, rate) <= level {
                 lo = mid;
@@ -226,7 +226,7 @@ pub fn optimal_split(providers: &[SplitProvider], rate: f64) -> Vec<f64> {
     while shares_at(hi).iter().sum::<f64>() < 1.0 && hi < 1e15 {
         hi *= 2.0;
     }
-    for _ in 0..100 {
+    for _ in 0..64 {
         let mid = (lo + hi) / 2.0;
         if shares_at(mid).iter().sum::<f64>() < 1.0 {
             lo = mid;
@@ -286,20 +286,24 @@ mod tests {
         assert!(t[0] < s[0], "{t:?} vs {s:?}");
     }
 
+    /// Mean latency of routing by `shares` at `rate`.
+    fn cost(providers: &[SplitProvider], shares: &[f64], rate: f64) -> f64 {
+        shares
+            .iter()
+            .zip(providers)
+            .map(|(&x, p)| {
+                if x == 0.0 {
+                    0.0
+                } else {
+                    x * p.latency(x * rate)
+                }
+            })
+            .sum()
+    }
+
     /// The brute-force optimum over 1% steps, for comparison.
     fn grid_split(providers: &[SplitProvider], rate: f64) -> f64 {
-        let cost = |x: &[f64]| -> f64 {
-            x.iter()
-                .zip(providers)
-                .map(|(&x, p)| {
-                    if x == 0.0 {
-                        0.0
-                    } else {
-                        x * p.latency(x * rate)
-                    }
-                })
-                .sum()
-        };
+        let cost = |x: &[f64]| cost(providers, x, rate);
         let mut best = f64::INFINITY;
         for a in 0..=100 {
             for b in 0..=(100 - a) {
@@ -317,18 +321,6 @@ mod tests {
     #[test]
     fn water_filling_matches_the_grid_and_scales_to_eight() {
         let p = SplitProvider::new;
-        let cost = |providers: &[SplitProvider], x: &[f64], rate: f64| -> f64 {
-            x.iter()
-                .zip(providers)
-                .map(|(&x, p)| {
-                    if x == 0.0 {
-                        0.0
-                    } else {
-                        x * p.latency(x * rate)
-                    }
-                })
-                .sum()
-        };
         // The herd: 25, 35, 60 servers; 200, 350, 600 ms; 250 requests/s.
         let herd = [
             p(Some(25), 207_000.0),

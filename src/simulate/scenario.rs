@@ -9,7 +9,7 @@
 
 use super::clock::Micros;
 use super::conversations::ConversationSpec;
-use super::peers::{LeastOutstanding, PendingPenalty};
+use super::peers::LoadAware;
 use super::provider::ProviderSpec;
 use super::queueing::{optimal_split, SplitProvider};
 use super::scenario_file;
@@ -267,8 +267,8 @@ impl Contender {
                 Contender::Random => Box::new(Uniform::new(n)),
                 Contender::LowestAverage => Box::new(LowestAverage::new(n)),
                 Contender::PowerOfTwo => Box::new(PowerOfTwo::new(n)),
-                Contender::LeastOutstanding => Box::new(LeastOutstanding::new(n)),
-                Contender::PendingPenalty => Box::new(PendingPenalty::new(n)),
+                Contender::LeastOutstanding => Box::new(LoadAware::least_outstanding(n)),
+                Contender::PendingPenalty => Box::new(LoadAware::pending_penalty(n)),
             }
         }
     }
@@ -287,6 +287,8 @@ pub fn herd_split(scenario: &Scenario) -> Vec<(Micros, Vec<f64>)> {
     changes.sort_unstable();
     changes.dedup();
     let rate = scenario.offered_rate();
+    // Timelines that come back to an earlier state (flapping, tenants) reuse its split.
+    let mut known: Vec<(Vec<SplitProvider>, Vec<f64>)> = Vec::new();
     changes
         .into_iter()
         .map(|t| {
@@ -299,7 +301,12 @@ pub fn herd_split(scenario: &Scenario) -> Vec<(Micros, Vec<f64>)> {
                     penalty: p.failure_penalty_us_at(t),
                 })
                 .collect();
-            (t, optimal_split(&providers, rate))
+            if let Some((_, split)) = known.iter().find(|(p, _)| *p == providers) {
+                return (t, split.clone());
+            }
+            let split = optimal_split(&providers, rate);
+            known.push((providers, split.clone()));
+            (t, split)
         })
         .collect()
 }

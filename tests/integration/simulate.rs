@@ -44,6 +44,16 @@ fn row<'a>(scenario: &'a Value, strategy: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("row {strategy} in {}", scenario["name"]))
 }
 
+/// The `key` strings of the objects in `v[list]`.
+fn strings<'a>(v: &'a Value, list: &str, key: &str) -> Vec<&'a str> {
+    v[list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s[key].as_str())
+        .collect()
+}
+
 fn num(v: &Value, key: &str) -> f64 {
     v[key]
         .as_f64()
@@ -81,13 +91,7 @@ fn quick_run_of_every_scenario_meets_the_targets_and_writes_charts() {
     ]);
     let report = json(&out);
     assert_eq!(report["quick"], true);
-    let names: Vec<&str> = report["scenarios"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["name"].as_str())
-        .collect();
-    assert_eq!(names, SCENARIOS);
+    assert_eq!(strings(&report, "scenarios", "name"), SCENARIOS);
 
     // step: the fastest provider becomes 10x slower, then recovers.
     let step = scenario(&report, "step");
@@ -308,13 +312,10 @@ fn quick_family_report_is_well_formed_deterministic_and_reruns_from_its_files() 
     assert_eq!(report["seed"], 3);
     let instances = report["instances"].as_array().expect("instances");
     assert_eq!(instances.len(), 30);
-    let labels: Vec<&str> = report["strategies"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["strategy"].as_str())
-        .collect();
-    assert_eq!(labels, FAMILY_STRATEGIES);
+    assert_eq!(
+        strings(&report, "strategies", "strategy"),
+        FAMILY_STRATEGIES
+    );
     for s in report["strategies"].as_array().into_iter().flatten() {
         let (median, worst) = (num(s, "median_vs_oracle"), num(s, "worst_vs_oracle"));
         assert!(median > 0.0 && median <= worst && worst.is_finite(), "{s}");
