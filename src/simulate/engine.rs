@@ -288,7 +288,7 @@ impl Run<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::clock::SEC;
-    use super::super::scenario::{contenders, scenario, Size};
+    use super::super::scenario::{contenders, scenario, Group, Size};
     use super::super::sturnus::Variant;
     use super::*;
 
@@ -305,6 +305,26 @@ mod tests {
         assert!(a.requests.iter().all(|r| r.attempts >= 1 && r.latency > 0));
         let attempts: usize = a.requests.iter().map(|r| r.attempts as usize).sum();
         assert_eq!(attempts, a.attempts.len());
+    }
+
+    #[test]
+    fn each_group_sends_at_its_own_rate() {
+        let mut sc = scenario("step", Size::Quick).unwrap_or_else(|| unreachable!());
+        sc.groups = vec![
+            Group {
+                sidecars: 1,
+                period: 10 * MS,
+            },
+            Group {
+                sidecars: 2,
+                period: 100 * MS,
+            },
+        ];
+        sc.sidecars = 3;
+        sc.duration = 10 * SEC;
+        let log = run(&sc, Contender::RoundRobin, 1);
+        let sent = |s: u32| log.requests.iter().filter(|r| r.sidecar == s).count();
+        assert_eq!((sent(0), sent(1), sent(2)), (1000, 100, 100));
     }
 
     #[test]

@@ -417,7 +417,14 @@ fn family_check_names_the_missed_target() {
 
 #[test]
 fn sweep_reports_sturnus_against_the_oracle_at_every_fleet_size() {
-    let out = simulate(&["--sweep", "--quick", "--json"]);
+    let dir = scratch_dir("sweep");
+    let out = simulate(&[
+        "--sweep",
+        "--quick",
+        "--json",
+        "--out",
+        dir.to_str().expect("utf-8 path"),
+    ]);
     let report = json(&out);
     let names: Vec<&str> = report["scenarios"]
         .as_array()
@@ -444,8 +451,12 @@ fn sweep_reports_sturnus_against_the_oracle_at_every_fleet_size() {
             .as_str()
             .is_some_and(|w| w.contains("1.1 x oracle")));
     }
-    let md = simulate(&["--sweep", "--quick"]);
-    let text = String::from_utf8_lossy(&md.stdout);
+    let text = std::fs::read_to_string(dir.join("sweep.md")).expect("sweep.md");
     assert!(text.starts_with("# Fleet-size sweep"), "{text}");
     assert!(text.contains("| 200 |"), "{text}");
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sweep.json")).expect("json"))
+            .expect("sweep.json parses");
+    assert_eq!(written, report);
+    let _ = std::fs::remove_dir_all(dir);
 }
