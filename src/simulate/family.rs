@@ -8,7 +8,6 @@
 //! (utilisation 40 to 97 %), all hosted (unlimited) or mixed; and one incident from
 //! [`IncidentKind`] on one provider (the fastest half the time).
 
-use super::clock::SEC;
 use super::engine::derive;
 use super::scenario::{Scenario, Size};
 use super::scenario_file::{self, ScenarioError};
@@ -558,13 +557,9 @@ pub fn sweep(size: Size) -> Result<Vec<Scenario>, ScenarioError> {
         .collect()
 }
 
-/// Seconds to the run's virtual time (for tests and the report).
-pub fn secs(s: f64) -> u64 {
-    (s * SEC as f64).round() as u64
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::clock::SEC;
     use super::*;
 
     #[test]
@@ -603,7 +598,10 @@ mod tests {
         for i in instances(1, 30, FamilySize::QUICK).unwrap_or_default() {
             let again = scenario_file::parse(&i.text, Size::Full).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(again, i.scenario);
-            assert_eq!(i.scenario.duration, secs(FamilySize::QUICK.duration_s));
+            assert_eq!(
+                i.scenario.duration as f64,
+                FamilySize::QUICK.duration_s * SEC as f64
+            );
         }
     }
 
