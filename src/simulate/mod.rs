@@ -99,14 +99,14 @@ pub struct SimulateArgs {
     pub check: bool,
     /// Run N seeded instances of the scenario family (drawn from --seed) instead of the
     /// built-in scenarios, and report each strategy over the family.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with_all = ["scenarios", "scenario_files"])]
     pub family: Option<usize>,
     /// Write each family instance as a scenario file (`<name>.toml`) into this directory.
     #[arg(long, value_name = "DIR", requires = "family")]
     pub family_out: Option<PathBuf>,
     /// Run the fleet-size sweep (the herd's providers at 250 requests/s over 1 to 200
     /// proxies) instead of the built-in scenarios.
-    #[arg(long, conflicts_with = "family")]
+    #[arg(long, conflicts_with_all = ["family", "scenarios", "scenario_files"])]
     pub sweep: bool,
     /// Run the "sturnus" contender with this exploit_k instead of the default (what-ifs).
     #[arg(long, value_name = "K")]
@@ -451,6 +451,14 @@ mod tests {
             && v.params.ewma_alpha == 0.3
             && !v.wait_age
             && v.retry_after));
+        for clash in [
+            &["x", "--family", "3", "--scenario", "herd"][..],
+            &["x", "--sweep", "--family", "3"],
+            &["x", "--sweep", "--scenario-file", "f.toml"],
+            &["x", "--family-out", "d"],
+        ] {
+            assert!(Cli::try_parse_from(clash).is_err(), "{clash:?}");
+        }
         let bad = Cli::parse_from(["x", "--ewma-alpha", "0"]);
         assert!(bad
             .args
