@@ -52,7 +52,8 @@ impl Load {
     }
 }
 
-/// A strategy that picks the provider with the smallest key of its [`Load`].
+/// A strategy that picks the provider with the smallest key of its per-provider load (attempts
+/// in flight and latency EWMA).
 #[derive(Debug)]
 pub struct LoadAware {
     loads: Vec<Load>,
