@@ -52,9 +52,10 @@ impl Built {
 }
 
 /// Builds a bootstrapped Pingora server running the sturnus services for `app`, with the signal
-/// watcher to run it with. With `-u` this takes the sockets (and routing state) over from the
+/// watcher to run it with; `anonymous` (requests without a credential are served) warns about
+/// a listener others can reach. With `-u` this takes the sockets (and routing state) over from the
 /// running instance.
-pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
+pub fn build(mut opt: Opt, app: Arc<App>, anonymous: bool) -> Result<Built, ServerConfError> {
     let conf = server_conf(&opt)?;
     // Every sidecar of the fleet lulls the same candidate at the same moment.
     crate::routing::lull::align_to_wall_clock();
@@ -98,7 +99,7 @@ pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
         let metrics = Outliving::new(metrics, app.lifecycle.clone());
         server.add_service(metrics).add_dependency(&signals);
     }
-    if let Some(warning) = listen_warning(app.config.listen) {
+    if let Some(warning) = listen_warning(app.config.listen).filter(|_| anonymous) {
         log::warn!("{warning}");
     }
     Ok(Built { server, watch })
@@ -115,6 +116,29 @@ fn log_upstream(upstream: &crate::app::Upstream, conf: &ServerConf) {
         conf.threads.max(1),
         upstream.max_resends
     );
+}
+
+/// Whether requests without a credential are served: no `[auth]`, or `allow_anonymous`.
+pub fn serves_anonymous(config: &crate::config::Config) -> bool {
+    config.auth.as_ref().is_none_or(|a| a.allow_anonymous)
+}
+
+/// The refusal to start for a listener others can reach (a non-loopback `listen`) with no
+/// `[auth]`, naming the fixes; `allow_anonymous` (`--allow-anonymous`) is the explicit choice
+/// to serve it anyway.
+pub fn exposure_refusal(config: &crate::config::Config, allow_anonymous: bool) -> Option<String> {
+    if config.auth.is_some() || allow_anonymous || config.listen.ip().is_loopback() {
+        return None;
+    }
+    Some(format!(
+        "refusing to start: listen = {} is not a loopback address and there is no [auth], so \
+         anyone who can reach it would send requests signed with your provider credentials. \
+         Add client keys ([auth] with [[auth.key]], see docs/operations.md), or, when only \
+         clients you trust can reach the port (a published container port behind your own \
+         network controls), say so with --allow-anonymous (STURNUS_ALLOW_ANONYMOUS=true) or \
+         [auth] allow_anonymous = true",
+        config.listen
+    ))
 }
 
 /// The warning for a `listen` address other clients can reach, if it is one.

@@ -7,6 +7,7 @@
 //! they never show up in `Debug`, `Display`, [`Config::describe`] or error messages.
 
 mod alias;
+mod auth;
 mod base_url;
 mod describe;
 mod env_file;
@@ -25,6 +26,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
+pub use auth::{AuthConfig, ClientLimits, JwtConfig, JwtKeySource, StaticKey};
 pub use base_url::{BaseUrl, UrlError};
 pub use env_file::{load_env_file, parse_env_file, BadLines, EnvFileError, LineError};
 pub use error::ConfigError;

@@ -1,6 +1,7 @@
 //! Top-level parsing: TOML syntax, top-level keys, listen addresses, then each section.
 
 use super::alias::read_aliases;
+use super::auth::read_auth;
 use super::error::ConfigError;
 use super::provider::read_providers;
 use super::reader::{quoted, Reader};
@@ -10,7 +11,14 @@ use std::net::SocketAddr;
 use toml::{Table, Value};
 
 /// Every top-level key the config accepts.
-const TOP_KEYS: &[&str] = &["listen", "metrics_listen", "provider", "model", "routing"];
+const TOP_KEYS: &[&str] = &[
+    "listen",
+    "metrics_listen",
+    "provider",
+    "model",
+    "routing",
+    "auth",
+];
 
 /// Parses and validates config text, expanding `${...}` in string values with `env`;
 /// `listen_override` (from `--listen` / `STURNUS_LISTEN`) replaces the file's `listen`.
@@ -51,6 +59,8 @@ pub(crate) fn parse(
     let providers = read_providers(&mut r, doc.get("provider"));
     let aliases = read_aliases(&mut r, doc.get("model"), &providers.names);
     let routing = read_routing(&mut r, doc.get("routing"));
+    let alias_names: Vec<String> = aliases.iter().map(|a| a.name.clone()).collect();
+    let auth = read_auth(&mut r, doc.get("auth"), &alias_names);
     if !r.problems.is_empty() {
         return Err(ConfigError {
             problems: r.problems,
@@ -62,6 +72,7 @@ pub(crate) fn parse(
         providers: providers.valid,
         aliases,
         routing,
+        auth,
     })
 }
 

@@ -18,6 +18,8 @@ pub struct Config {
     pub aliases: Vec<AliasConfig>,
     /// Routing and limits tuning.
     pub routing: RoutingConfig,
+    /// Client authentication and limits (`[auth]`); `None`: every client is served.
+    pub auth: Option<super::auth::AuthConfig>,
 }
 
 /// One upstream provider (`[provider.NAME]`).

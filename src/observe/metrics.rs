@@ -70,6 +70,8 @@ pub struct Metrics {
     /// Per alias (config order): its candidate series and routed-request counts.
     aliases: Vec<AliasSeries>,
     by_name: HashMap<String, usize>,
+    /// The per-client series (`[auth]`).
+    pub clients: super::clients::ClientMetrics,
 }
 
 /// One alias's series.
@@ -254,7 +256,9 @@ impl Metrics {
             .enumerate()
             .map(|(i, a)| (a.name.clone(), i))
             .collect();
+        let clients = super::clients::ClientMetrics::new(&registry)?;
         let metrics = Metrics {
+            clients,
             registry,
             buffer_rejections,
             provider_healthy,

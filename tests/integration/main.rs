@@ -5,6 +5,7 @@
 mod common;
 
 mod arm64;
+mod auth;
 mod cli;
 mod client_closed;
 mod connections;
