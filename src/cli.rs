@@ -166,6 +166,15 @@ fn check(path: &Path, listen: Option<SocketAddr>, allow_anonymous: bool) -> i32 
             return 1;
         }
     };
+    if let Some(Err(e)) = app
+        .config
+        .listen_tls
+        .as_ref()
+        .map(crate::server::tls_settings)
+    {
+        eprintln!("sturnus: {e}");
+        return 1;
+    }
     println!("{summary}");
     println!(
         "memory budget for request bodies: {}",

@@ -11,6 +11,7 @@ use crate::proxy::Sturnus;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
+use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::services::listening::Service;
 use std::sync::Arc;
 
@@ -57,6 +58,11 @@ impl Built {
 /// running instance.
 pub fn build(mut opt: Opt, app: Arc<App>, anonymous: bool) -> Result<Built, ServerConfError> {
     let conf = server_conf(&opt)?;
+    // Read before the server starts: a graceful upgrade's new process reads them afresh.
+    let tls = match &app.config.listen_tls {
+        Some(tls) => Some((tls.listen, tls_settings(tls)?)),
+        None => None,
+    };
     // Every sidecar of the fleet lulls the same candidate at the same moment.
     crate::routing::lull::align_to_wall_clock();
     // The file is loaded above; Pingora would only warn that it ignores it.
@@ -77,6 +83,9 @@ pub fn build(mut opt: Opt, app: Arc<App>, anonymous: bool) -> Result<Built, Serv
     let draining = drain::Draining::new(guarded, app.lifecycle.clone(), drain::exit);
     let mut proxy = Service::new("sturnus proxy".to_string(), draining);
     proxy.add_tcp(&app.config.listen.to_string());
+    if let Some(tls) = tls {
+        proxy.add_tls_with_settings(&tls.0.to_string(), None, tls.1);
+    }
     server.add_service(proxy).add_dependency(&signals);
     log::info!(
         "memory budget for request bodies: {}",
@@ -105,6 +114,23 @@ pub fn build(mut opt: Opt, app: Arc<App>, anonymous: bool) -> Result<Built, Serv
     Ok(Built { server, watch })
 }
 
+/// Pingora's TLS settings for `[listen_tls]`: its certificate chain and key, ALPN `h2` and
+/// `http/1.1`.
+pub fn tls_settings(tls: &crate::config::ListenTls) -> Result<TlsSettings, ServerConfError> {
+    let (cert, key) = (
+        tls.cert.display().to_string(),
+        tls.key.display().to_string(),
+    );
+    let mut settings =
+        TlsSettings::intermediate(&cert, &key).map_err(|problem| ServerConfError::Tls {
+            cert: cert.clone(),
+            key: key.clone(),
+            problem,
+        })?;
+    settings.enable_h2();
+    Ok(settings)
+}
+
 /// Logs the provider connection settings taken from the server configuration.
 fn log_upstream(upstream: &crate::app::Upstream, conf: &ServerConf) {
     log::info!(
@@ -123,21 +149,28 @@ pub fn serves_anonymous(config: &crate::config::Config) -> bool {
     config.auth.as_ref().is_none_or(|a| a.allow_anonymous)
 }
 
-/// The refusal to start for a listener others can reach (a non-loopback `listen`) with no
+/// The refusal to start for a listener others can reach (a non-loopback `listen`, any
+/// `listen_tls`) with no
 /// `[auth]`, naming the fixes; `allow_anonymous` (`--allow-anonymous`) is the explicit choice
 /// to serve it anyway.
 pub fn exposure_refusal(config: &crate::config::Config, allow_anonymous: bool) -> Option<String> {
-    if config.auth.is_some() || allow_anonymous || config.listen.ip().is_loopback() {
+    let exposed = match &config.listen_tls {
+        Some(tls) => format!("listen_tls.listen = {}", tls.listen),
+        None if !config.listen.ip().is_loopback() => {
+            format!("listen = {} is not a loopback address", config.listen)
+        }
+        None => return None,
+    };
+    if config.auth.is_some() || allow_anonymous {
         return None;
     }
     Some(format!(
-        "refusing to start: listen = {} is not a loopback address and there is no [auth], so \
+        "refusing to start: {exposed} and there is no [auth], so \
          anyone who can reach it would send requests signed with your provider credentials. \
          Add client keys ([auth] with [[auth.key]], see docs/operations.md), or, when only \
          clients you trust can reach the port (a published container port behind your own \
          network controls), say so with --allow-anonymous (STURNUS_ALLOW_ANONYMOUS=true) or \
-         [auth] allow_anonymous = true",
-        config.listen
+         [auth] allow_anonymous = true"
     ))
 }
 
@@ -176,6 +209,16 @@ pub enum ServerConfError {
     Load {
         /// The YAML file's path.
         path: String,
+        /// Pingora's error.
+        problem: Box<pingora_core::Error>,
+    },
+    /// The `[listen_tls]` certificate or key cannot be used.
+    #[error("listen_tls: cannot use cert {cert} with key {key}: {problem}")]
+    Tls {
+        /// The certificate file.
+        cert: String,
+        /// The key file.
+        key: String,
         /// Pingora's error.
         problem: Box<pingora_core::Error>,
     },

@@ -14,6 +14,7 @@ mod env_file;
 mod error;
 mod expand;
 mod health_check;
+mod listen_tls;
 mod parse;
 mod provider;
 mod reader;
@@ -30,6 +31,7 @@ pub use auth::{AuthConfig, ClientLimits, JwtConfig, JwtKeySource, StaticKey};
 pub use base_url::{BaseUrl, UrlError};
 pub use env_file::{load_env_file, parse_env_file, BadLines, EnvFileError, LineError};
 pub use error::ConfigError;
+pub use listen_tls::ListenTls;
 pub use schema::{
     AliasConfig, CandidateConfig, Config, HealthCheckConfig, ProviderConfig, ProviderKind,
     RoutingConfig,

@@ -3,6 +3,7 @@
 use super::alias::read_aliases;
 use super::auth::read_auth;
 use super::error::ConfigError;
+use super::listen_tls::read_listen_tls;
 use super::provider::read_providers;
 use super::reader::{quoted, Reader};
 use super::routing::read_routing;
@@ -18,6 +19,7 @@ const TOP_KEYS: &[&str] = &[
     "model",
     "routing",
     "auth",
+    "listen_tls",
 ];
 
 /// Parses and validates config text, expanding `${...}` in string values with `env`;
@@ -56,6 +58,19 @@ pub(crate) fn parse(
             );
         }
     }
+    let listen_tls = read_listen_tls(&mut r, doc.get("listen_tls"));
+    if let Some(tls) = &listen_tls {
+        let clash = |other: SocketAddr| tls.listen == other || overlaps(tls.listen, other);
+        if clash(listen) || metrics_listen.is_some_and(clash) {
+            r.problem(
+                "listen_tls.listen",
+                format_args!(
+                    "{} overlaps listen or metrics_listen; use a different port",
+                    tls.listen
+                ),
+            );
+        }
+    }
     let providers = read_providers(&mut r, doc.get("provider"));
     let aliases = read_aliases(&mut r, doc.get("model"), &providers.names);
     let routing = read_routing(&mut r, doc.get("routing"));
@@ -68,6 +83,7 @@ pub(crate) fn parse(
     }
     Ok(Config {
         listen,
+        listen_tls,
         metrics_listen,
         providers: providers.valid,
         aliases,

@@ -34,6 +34,9 @@ pub fn log_startup(config: &Config) {
         env!("CARGO_PKG_VERSION"),
         config.listen
     );
+    if let Some(tls) = &config.listen_tls {
+        log::info!("TLS listener on {} (h2, http/1.1)", tls.listen);
+    }
     if let Some(addr) = config.metrics_listen {
         log::info!("metrics listener on {addr} (/metrics, /health, /healthz, /status)");
     }

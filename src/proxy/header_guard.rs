@@ -76,6 +76,11 @@ where
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
+        // HTTP/2 (ALPN `h2` on the TLS listener) is framed, not an HTTP/1.1 header to guard:
+        // Pingora's own HTTP/2 handling serves it, with its own header limits.
+        if stream.selected_alpn_proto() == Some(pingora_core::protocols::ALPN::H2) {
+            return ServerApp::process_new(&self.inner, stream, shutdown).await;
+        }
         let mut settings = None;
         let mut fresh = true;
         // Bytes received after the previous request: the start of a pipelined next one.
