@@ -135,11 +135,16 @@ pub fn tls_settings(tls: &crate::config::ListenTls) -> Result<TlsSettings, Serve
 fn log_upstream(upstream: &crate::app::Upstream, conf: &ServerConf) {
     log::info!(
         "provider connections: up to {} idle kept alive (upstream_keepalive_pool_size {} × {} \
-         thread(s)); a request whose pooled connection was already closed is resent up to {} \
-         time(s) (max_retries)",
+         thread(s)); a request whose write to a pooled connection fails is resent {} \
+         (max_retries {})",
         upstream.pool_size,
         conf.upstream_keepalive_pool_size,
         conf.threads.max(1),
+        if upstream.max_resends == 0 {
+            "never"
+        } else {
+            "once"
+        },
         upstream.max_resends
     );
 }
