@@ -168,3 +168,39 @@ except openai.AuthenticationError as e:
     assert!(stdout.contains("refused 401 invalid_api_key"), "{stdout}");
     assert_eq!(sim.request_count(), 2);
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_over_tls_closes_the_provider_request_within_a_second() {
+    let sim = SimProvider::start("up").await.unwrap();
+    let cert = throwaway_certificate();
+    let (_proxy, base) = edge(&sim, &cert, "").await;
+    sim.behaviour.set_latency(Duration::from_secs(5));
+    let client = https_client(&cert, true);
+    let request = tokio::spawn(async move { chat(&client, &base, chat_body("fast", false)).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sim.request_count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the provider never got the request"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    request.abort();
+    let left = Instant::now();
+    let deadline = left + Duration::from_secs(5);
+    loop {
+        if let Some(at) = sim.abandoned_answers().first() {
+            let after = at.saturating_duration_since(left);
+            assert!(
+                after < Duration::from_secs(1),
+                "the provider worked on for {after:?}"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the provider never saw the request end"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
