@@ -15,6 +15,7 @@ mod faults;
 mod health_checks;
 mod healthcheck;
 mod hostile;
+mod idle_clients;
 mod kubernetes;
 mod load;
 mod observability;

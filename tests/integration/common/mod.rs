@@ -643,3 +643,13 @@ pub async fn error_of(resp: reqwest::Response) -> serde_json::Value {
     let v: serde_json::Value = resp.json().await.expect("JSON error body");
     v["error"].clone()
 }
+
+/// Lets this process (and the sturnus it starts) open `n` files, if the hard limit allows.
+pub fn allow_open_files(n: u64) {
+    let (soft, hard) = rlimit::Resource::NOFILE.get().expect("RLIMIT_NOFILE");
+    if soft < n {
+        rlimit::Resource::NOFILE
+            .set(n.min(hard), hard)
+            .expect("raise RLIMIT_NOFILE");
+    }
+}
