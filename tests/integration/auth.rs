@@ -59,6 +59,17 @@ async fn logs_with(proxy: &Proxy, needle: &str) -> String {
     proxy.logs()
 }
 
+/// The proxy listener's `/metrics`, which needs a credential with `[auth]`.
+async fn metrics_with(proxy: &Proxy, key: &str) -> String {
+    let resp = client()
+        .get(proxy.url("/metrics"))
+        .header("x-api-key", key)
+        .send()
+        .await
+        .unwrap();
+    resp.text().await.unwrap()
+}
+
 /// Every credential-carrying header the provider received.
 fn forwarded_credentials(sim: &SimProvider) -> Vec<String> {
     sim.requests()
@@ -100,15 +111,7 @@ async fn static_keys_are_accepted_from_every_sdk_header_and_never_forwarded() {
             "the provider's own key only"
         );
     }
-    let metrics = client()
-        .get(proxy.url("/metrics"))
-        .header("x-api-key", SEARCH_KEY)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_with(&proxy, SEARCH_KEY).await;
     assert!(
         metrics.contains("sturnus_client_requests_total{client=\"billing\",status_code=\"200\"} 3"),
         "{metrics}"
@@ -340,15 +343,7 @@ async fn per_client_limits_refuse_the_burst_of_one_client_and_not_the_other() {
         200
     );
 
-    let metrics = client()
-        .get(proxy.url("/metrics"))
-        .header("x-api-key", "sk-calm")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_with(&proxy, "sk-calm").await;
     for line in [
         "sturnus_client_rate_limited_total{client=\"greedy\",limit=\"requests_per_minute\"} 3",
         "sturnus_client_rate_limited_total{client=\"single\",limit=\"max_inflight\"} 1",
