@@ -173,17 +173,26 @@ async fn read_head(
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) -> Head {
     let mut buf = carried;
-    buf.reserve(4096);
     if !fresh && buf.is_empty() {
+        // An idle keep-alive connection holds no read buffer: the wait for the next request
+        // is a one-byte peek, and the buffer is taken once bytes are there.
+        let mut peeked = [0u8; 1];
         let first = tokio::select! {
             biased;
-            r = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)) => r,
+            r = tokio::time::timeout(KEEPALIVE_IDLE, stream.try_peek(&mut peeked)) => r,
             _ = closing.wait_for(|c| *c) => return Head::Gone,
         };
+        if !matches!(first, Ok(Ok(_))) {
+            return Head::Gone;
+        }
+        buf.reserve(4096);
+        let first = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)).await;
         match first {
             Ok(Ok(n)) if n > 0 => {}
             _ => return Head::Gone,
         }
+    } else {
+        buf.reserve(4096);
     }
     let deadline = Instant::now() + timeout;
     loop {
