@@ -12,6 +12,7 @@ use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::listeners::{L4BufferSettings, ListenerConfig, DEFAULT_L4_WRITE_BUFFER_SIZE};
 use pingora_core::services::listening::Service;
 use std::sync::Arc;
 
@@ -29,6 +30,13 @@ const _: () = assert!(GRACE_PERIOD_SECS + SHUTDOWN_TIMEOUT_SECS < 30);
 /// (provider read and write, pooled-connection idle) that are almost always cancelled; Tokio's
 /// timer forgets a cancelled one at once and costs less to arm.
 pub const TOKIO_TIMER_ABOVE_SECS: u64 = 1;
+/// The plain listener's socket buffers: no read buffer (Pingora's default is 64 KiB per
+/// connection, kept for the connection's life), since the header guard reads each request
+/// header into its own buffer and bodies are read in large pieces; Pingora's write buffer.
+const PLAIN_LISTENER_BUFFERS: L4BufferSettings = L4BufferSettings {
+    read: Some(0),
+    write: Some(DEFAULT_L4_WRITE_BUFFER_SIZE),
+};
 /// `upgrade_sock` when sturnus runs without `-c`.
 pub const UPGRADE_SOCK: &str = "/tmp/sturnus_upgrade.sock";
 /// `pid_file` (written only with `-d`) when sturnus runs without `-c`.
@@ -82,7 +90,9 @@ pub fn build(mut opt: Opt, app: Arc<App>, anonymous: bool) -> Result<Built, Serv
     let guarded = HeaderGuard::new(proxy, app.config.routing.header_timeout);
     let draining = drain::Draining::new(guarded, app.lifecycle.clone(), drain::exit);
     let mut proxy = Service::new("sturnus proxy".to_string(), draining);
-    proxy.add_tcp(&app.config.listen.to_string());
+    proxy.add_listener(
+        ListenerConfig::tcp(app.config.listen.to_string()).l4_buffer(PLAIN_LISTENER_BUFFERS),
+    );
     if let Some(tls) = tls {
         proxy.add_tls_with_settings(&tls.0.to_string(), None, tls.1);
     }

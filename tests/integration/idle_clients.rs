@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 /// Idle clients held open.
 const CLIENTS: usize = 2_000;
 /// The most resident memory one idle client may add, in KiB.
-const MAX_KIB_PER_CLIENT: u64 = 96;
+const MAX_KIB_PER_CLIENT: u64 = 64;
 
 /// Opens a connection, sends one chat request and reads its whole answer, keeping the
 /// connection open.
