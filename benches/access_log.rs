@@ -18,6 +18,7 @@ fn routed() -> AccessRecord<'static> {
         parent_span_id: Some("00f067aa0ba902b7"),
         method: "POST",
         path: "/v1/chat/completions",
+        client: None,
         alias: Some("fast"),
         provider: Some("groq"),
         model: Some("llama-3.3-70b"),

@@ -5,6 +5,13 @@
 use crate::routing::ErrorKind;
 use pingora_core::{Error, ErrorSource, ErrorType};
 
+/// `code` of a request without an accepted credential.
+pub const INVALID_API_KEY: &str = "invalid_api_key";
+/// `code` of a request for an alias its client may not use.
+pub const ALIAS_NOT_ALLOWED: &str = "alias_not_allowed";
+/// `code` of a request over its client's own limits.
+pub const CLIENT_RATE_LIMITED: &str = "client_rate_limited";
+
 /// One error answer: HTTP status plus the OpenAI error object's fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -252,6 +259,46 @@ impl ApiError {
                 status,
                 "server_error",
                 format!("Provider `{provider}` {what}: {detail}"),
+            )
+        }
+    }
+
+    /// 401: the request carries no accepted credential (`[auth]`).
+    pub fn invalid_api_key(message: String) -> Self {
+        ApiError {
+            code: Some(INVALID_API_KEY),
+            ..Self::new(401, "invalid_request_error", message)
+        }
+    }
+
+    /// 403: the client may not use the alias it asked for.
+    pub fn alias_not_allowed(client: &str, alias: &str) -> Self {
+        let mut shown: String = alias.chars().take(200).collect();
+        if shown.len() < alias.len() {
+            shown.push('…');
+        }
+        ApiError {
+            param: Some("model"),
+            code: Some(ALIAS_NOT_ALLOWED),
+            ..Self::new(
+                403,
+                "permission_error",
+                format!("Client `{client}` may not use the model `{shown}`"),
+            )
+        }
+    }
+
+    /// 429: the client is over one of its own limits (not a provider's).
+    pub fn client_rate_limited(client: &str, limit: &str, value: u32, retry_after: u64) -> Self {
+        ApiError {
+            code: Some(CLIENT_RATE_LIMITED),
+            ..Self::new(
+                429,
+                "rate_limit_error",
+                format!(
+                    "Client `{client}` is over its limit {limit} = {value}; retry in \
+                     {retry_after} s"
+                ),
             )
         }
     }

@@ -96,6 +96,7 @@ impl RouteReason {
 pub struct Metrics {
     registry: Registry,
     buffer_rejections: IntCounter,
+    upstream_resends: IntCounter,
     /// `sturnus_provider_healthy` of each provider with an active health check.
     provider_healthy: Vec<(Arc<Provider>, IntGauge)>,
     /// `sturnus_quota_remaining_ratio`: its series appear once a candidate's provider announces
@@ -104,6 +105,8 @@ pub struct Metrics {
     /// Per alias (config order): its candidate series and routed-request counts.
     aliases: Vec<AliasSeries>,
     by_name: HashMap<String, usize>,
+    /// The per-client series (`[auth]`).
+    pub clients: super::clients::ClientMetrics,
 }
 
 /// One alias's series.
@@ -193,6 +196,11 @@ impl Metrics {
             "sturnus_buffer_rejections_total",
             "Requests shed with 429 by the memory budget.",
         )?;
+        let upstream_resends = IntCounter::new(
+            "sturnus_upstream_resends_total",
+            "Requests resent on a new provider connection because writing them to a pooled one \
+             failed (they cannot have reached the provider); at most once per request.",
+        )?;
         let inflight = IntGaugeVec::new(
             Opts::new(
                 "sturnus_inflight_requests",
@@ -253,6 +261,7 @@ impl Metrics {
         registry.register(Box::new(overhead.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(buffer_rejections.clone()))?;
+        registry.register(Box::new(upstream_resends.clone()))?;
         registry.register(Box::new(inflight.clone()))?;
         registry.register(Box::new(share.clone()))?;
         registry.register(Box::new(quota_ratio.clone()))?;
@@ -302,9 +311,12 @@ impl Metrics {
             .enumerate()
             .map(|(i, a)| (a.name.clone(), i))
             .collect();
+        let clients = super::clients::ClientMetrics::new(&registry)?;
         let metrics = Metrics {
+            clients,
             registry,
             buffer_rejections,
+            upstream_resends,
             provider_healthy,
             quota_ratio,
             aliases,
@@ -325,6 +337,11 @@ impl Metrics {
             Some(s.clone())
         });
         Tracked { series, mode }
+    }
+
+    /// Counts one request resent after writing it to a pooled connection failed.
+    pub fn upstream_resent(&self) {
+        self.upstream_resends.inc();
     }
 
     /// Counts one request shed with 429 by the memory budget.

@@ -106,6 +106,10 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
             return Ok(Admission::Answered);
         }
     };
+    if let Some(err) = super::client_gate::alias_refusal(ctx, &inspected.model) {
+        respond::error(session, &ctx.request_id, &err, true).await?;
+        return Ok(Admission::Answered);
+    }
     let Some(alias) = app.catalog.alias(&inspected.model) else {
         respond::error(
             session,

@@ -78,6 +78,12 @@ pub struct RequestCtx {
     /// The memory budget held for the request body, until the provider has it (or the
     /// request ends any other way: dropping the context gives it back).
     pub reservation: Option<Reservation>,
+    /// The authenticated client (`[auth]`), when the request carried an accepted credential.
+    pub client: Option<Arc<crate::auth::Client>>,
+    /// The request's place under its client's `max_inflight`, until the context drops.
+    pub client_slot: Option<crate::auth::limits::Slot>,
+    /// The `code` of sturnus's refusal of the client itself (401, 403, 429 of its own limits).
+    pub refusal: Option<&'static str>,
 }
 
 impl RequestCtx {
@@ -100,6 +106,9 @@ impl RequestCtx {
             response_bytes: 0,
             request_bytes: 0,
             reservation: None,
+            client: None,
+            client_slot: None,
+            refusal: None,
         }
     }
 }

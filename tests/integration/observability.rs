@@ -178,6 +178,7 @@ async fn metrics_count_known_traffic_exactly() {
         BTreeMap::from([
             ("sturnus_build_info", "gauge"),
             ("sturnus_buffer_rejections_total", "counter"),
+            ("sturnus_upstream_resends_total", "counter"),
             ("sturnus_errors_total", "counter"),
             ("sturnus_inflight_requests", "gauge"),
             ("sturnus_latency_seconds", "histogram"),
@@ -938,6 +939,9 @@ fn docs_and_dashboard_name_only_real_metrics() {
         0,
     );
     let metrics = sturnus::observe::Metrics::new(&catalog).unwrap();
+    // The per-client families have series once a client is configured and refused once.
+    metrics.clients.precreate("a-client");
+    metrics.clients.rate_limited("a-client", "max_inflight");
     let text = String::from_utf8(metrics.render(&catalog)).unwrap();
     let families = Exposition::parse(&text).unwrap().types;
     let real: BTreeSet<String> = families.keys().cloned().collect();

@@ -324,6 +324,10 @@ impl Proxy {
                 panic!("sturnus exited with {status}:\n{logs}");
             }
             if let Ok(r) = client.get(self.url("/status")).send().await {
+                // With [auth], /status needs a credential: this process answering is enough.
+                if r.status() == 401 {
+                    return true;
+                }
                 if let Ok(v) = r.json::<serde_json::Value>().await {
                     if v["pid"] == self.pid() {
                         return true;
@@ -644,4 +648,14 @@ pub fn chat_body(model: &str, stream: bool) -> String {
 pub async fn error_of(resp: reqwest::Response) -> serde_json::Value {
     let v: serde_json::Value = resp.json().await.expect("JSON error body");
     v["error"].clone()
+}
+
+/// Lets this process (and the sturnus it starts) open `n` files, if the hard limit allows.
+pub fn allow_open_files(n: u64) {
+    let (soft, hard) = rlimit::Resource::NOFILE.get().expect("RLIMIT_NOFILE");
+    if soft < n {
+        rlimit::Resource::NOFILE
+            .set(n.min(hard), hard)
+            .expect("raise RLIMIT_NOFILE");
+    }
 }
