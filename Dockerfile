@@ -13,10 +13,13 @@
 #
 # Run:
 #   docker run --rm -p 4000:4000 -v "$PWD/config.toml:/config.toml:ro" -e OPENAI_API_KEY \
-#     sturnus --listen 0.0.0.0:4000
+#     sturnus --listen 0.0.0.0:4000 --allow-anonymous
 # (inside a container the proxy must listen on all interfaces for -p to reach it: --listen or
 # STURNUS_LISTEN override the config's `listen`, and sturnus warns when it finds itself in a
-# container bound to loopback; as a Kubernetes sidecar keep it on 127.0.0.1, see
+# container bound to loopback. Off loopback sturnus refuses to start without [auth] client keys
+# unless --allow-anonymous (STURNUS_ALLOW_ANONYMOUS=true) says that whoever reaches the port may
+# use it, and so spend the provider keys: keep such a port behind your own network controls, or
+# configure [auth] and drop the flag. As a Kubernetes sidecar keep it on 127.0.0.1, see
 # examples/kubernetes/).
 #
 # What the image relies on, proven by tests/integration/static_binary.rs on every CI run: the

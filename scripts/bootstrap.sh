@@ -6,7 +6,8 @@
 #  - always: cmake (Pingora's zlib-ng dependency needs it; Debian's package when root, else pip's);
 #  - test: what `make test` and `make demo` need — static, plus the openssl command (the Vertex AI
 #    tests mint throwaway RSA keys with it) and kubernetes-validate (PyPI: validates
-#    examples/kubernetes/ against the 1.33 schemas offline);
+#    examples/kubernetes/ against the 1.33 schemas offline) and the OpenAI Python SDK (PyPI
+#    openai and httpx: the TLS listener's test talks to sturnus through it);
 #  - static: musl-tools and the x86_64-unknown-linux-musl Rust target (the test suite is built
 #    for it, so the binary under test is the static one the Dockerfile ships);
 #  - arm64: cargo-zigbuild and zig (PyPI packages cargo-zigbuild and ziglang: zig is the cross C
@@ -22,6 +23,8 @@ MUSL_TARGET=x86_64-unknown-linux-musl
 ARM64_TARGET=aarch64-unknown-linux-musl
 MACOS_TARGETS="x86_64-apple-darwin aarch64-apple-darwin"
 KUBERNETES_VALIDATE=kubernetes-validate==1.37.0
+# The OpenAI Python SDK the TLS listener's test drives (tests/integration/edge_tls.rs).
+OPENAI_SDK="openai==3.60.0 httpx==0.29.0"
 # The versions `make static-arm64` and `make check-macos` are known to work with.
 CARGO_ZIGBUILD=cargo-zigbuild==0.24.0
 ZIGLANG=ziglang==0.17.1
@@ -92,6 +95,11 @@ need_test_tools() {
   if have python3 && ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
     echo "bootstrap: installing $KUBERNETES_VALIDATE with pip --user" >&2
     pip_install "$KUBERNETES_VALIDATE"
+  fi
+  if have python3 && ! python3 -c 'import openai, httpx' 2>/dev/null; then
+    echo "bootstrap: installing $OPENAI_SDK with pip --user" >&2
+    # shellcheck disable=SC2086 # two requirement specifiers
+    pip_install $OPENAI_SDK
   fi
 }
 

@@ -1,4 +1,5 @@
-//! Endpoints sturnus answers itself: `/health`, `/healthz`, `/status`, `/metrics`, `/v1/models`.
+//! Endpoints sturnus answers itself: `/health`, `/healthz`, `/status`, `/metrics`, `/v1/models`,
+//! `/v1/models/{alias}`.
 //!
 //! Answers are plain values so every listener can serve them; nothing here touches a provider.
 //! The proxy listener serves all of them; `metrics_listen` only [`METRICS_LISTENER_PATHS`].
@@ -34,9 +35,33 @@ impl Answer {
 /// The paths the separate metrics listener serves (it never proxies).
 pub const METRICS_LISTENER_PATHS: [&str; 4] = ["/metrics", "/health", "/healthz", "/status"];
 
+/// Every endpoint of the proxy listener: path, methods, what answers it (listed on `/status`,
+/// and in the README's endpoint table).
+pub const ENDPOINTS: [(&str, &str, &str); 13] = [
+    ("/v1/chat/completions", "POST", "routed to a candidate of the body's model alias"),
+    ("/v1/completions", "POST", "routed to a candidate of the body's model alias"),
+    ("/v1/embeddings", "POST", "routed to a candidate of the body's model alias"),
+    ("/v1/responses", "POST", "routed to a candidate of the body's model alias; a follow-up (previous_response_id) to the candidate holding the previous response"),
+    ("/v1/responses/{id}", "GET, DELETE", "the candidate holding the response"),
+    ("/v1/responses/{id}/cancel", "POST", "the candidate holding the response"),
+    ("/v1/responses/{id}/input_items", "GET", "the candidate holding the response"),
+    ("/v1/models", "GET", "the aliases in OpenAI's list shape"),
+    ("/v1/models/{alias}", "GET", "one alias in OpenAI's model shape"),
+    ("/status", "GET", "live routing state per alias and candidate"),
+    ("/metrics", "GET", "Prometheus metrics"),
+    ("/health", "GET", "readiness"),
+    ("/healthz", "GET", "liveness"),
+];
+
+/// Where one alias's model entry is served.
+const MODEL_PREFIX: &str = "/v1/models/";
+
 /// The admin answer for a method and path, or `None` when the path is not an admin path.
 pub fn answer(method: &http::Method, path: &str, app: &App) -> Option<Answer> {
+    let alias = path.strip_prefix(MODEL_PREFIX);
     let build: fn(&App) -> Answer = match path {
+        // Answered by `model` once the method is checked.
+        _ if alias.is_some() => |_| Answer::json(404, &Value::Null),
         "/health" => health,
         "/healthz" => |_| Answer::json(200, &json!({"status": "ok"})),
         "/status" => |app| Answer::json(200, &status(app)),
@@ -56,7 +81,28 @@ pub fn answer(method: &http::Method, path: &str, app: &App) -> Option<Answer> {
             body: err.to_json(),
         });
     }
-    Some(build(app))
+    Some(match alias {
+        Some(name) => model(app, name),
+        None => build(app),
+    })
+}
+
+/// `GET /v1/models/{alias}`: the alias in OpenAI's model shape, or `404 model_not_found`.
+fn model(app: &App, encoded: &str) -> Answer {
+    let name = percent_encoding::percent_decode_str(encoded).decode_utf8_lossy();
+    match app.catalog.alias(&name) {
+        Some(alias) => Answer::json(200, &model_entry(&alias.name)),
+        None => Answer {
+            status: 404,
+            content_type: "application/json",
+            body: crate::api::ApiError::model_not_found(&name).to_json(),
+        },
+    }
+}
+
+/// One alias as an OpenAI model object.
+fn model_entry(name: &str) -> Value {
+    json!({"id": name, "object": "model", "created": 0, "owned_by": "sturnus"})
 }
 
 /// Serves an admin request on the proxy listener (answering with `request_id`); true when it
@@ -96,7 +142,7 @@ pub fn models(app: &App) -> Value {
         .catalog
         .aliases
         .iter()
-        .map(|a| json!({"id": a.name, "object": "model", "created": 0, "owned_by": "sturnus"}))
+        .map(|a| model_entry(&a.name))
         .collect();
     json!({"object": "list", "data": data})
 }
@@ -144,6 +190,7 @@ pub fn status(app: &App) -> Value {
                     json!({
                         "provider": c.provider.name,
                         "model": c.model,
+                        "holder_tag": c.holder.as_str(),
                         "state": c.state(params.error_threshold),
                         "non_streaming": per_mode(Mode::NonStreaming),
                         "streaming": per_mode(Mode::Streaming),
@@ -186,6 +233,10 @@ pub fn status(app: &App) -> Value {
         },
         "budget": budget(app),
         "aliases": aliases,
+        "endpoints": ENDPOINTS
+            .iter()
+            .map(|(path, methods, answer)| json!({"path": path, "methods": methods, "answer": answer}))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -235,6 +286,23 @@ fn last_error(last: Option<(ErrorKind, u64)>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_readme_endpoint_table_lists_every_endpoint() {
+        let readme = include_str!("../README.md");
+        let table = readme
+            .split("## Endpoints")
+            .nth(1)
+            .and_then(|rest| rest.split("\n\n").nth(1))
+            .unwrap_or_default();
+        for (path, methods, _) in ENDPOINTS {
+            let row = table
+                .lines()
+                .find(|line| line.contains(&format!("`{path}`")))
+                .unwrap_or_else(|| panic!("README's endpoint table has no row for {path}"));
+            assert!(row.contains(methods), "{path}: {row}");
+        }
+    }
 
     #[test]
     fn last_errors_show_kind_and_time() {

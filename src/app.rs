@@ -31,6 +31,8 @@ pub struct App {
     pub started: Instant,
     /// Signals, drain and upgrade state of the process (`/health` reads it).
     pub lifecycle: Arc<Lifecycle>,
+    /// Who may use the proxy (`[auth]`); `None`: every client is served.
+    pub auth: Option<crate::auth::Gate>,
 }
 
 /// Why the runtime state cannot be built from a valid config.
@@ -42,6 +44,9 @@ pub enum AppError {
     /// A provider or candidate cannot be built.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// The JWT verification keys cannot be loaded.
+    #[error(transparent)]
+    Auth(#[from] crate::auth::jwt::KeyError),
     /// The Prometheus registry refused a metric.
     #[error("metrics registry: {0}")]
     Metrics(prometheus::Error),
@@ -53,6 +58,14 @@ impl App {
         let roots = tls::from_env()?;
         let catalog = Catalog::build(&config)?;
         let metrics = Metrics::new(&catalog).map_err(AppError::Metrics)?;
+        let auth = config
+            .auth
+            .as_ref()
+            .map(crate::auth::Gate::new)
+            .transpose()?;
+        for key in config.auth.iter().flat_map(|a| &a.keys) {
+            metrics.clients.precreate(&key.name);
+        }
         let peer_settings = PeerSettings {
             connect_timeout: config.routing.connect_timeout,
             read_timeout: config.routing.read_timeout,
@@ -66,6 +79,7 @@ impl App {
             budget: Budget::from_config(&config.routing),
             started: Instant::now(),
             lifecycle: Arc::new(Lifecycle::new()),
+            auth,
             config,
         }))
     }

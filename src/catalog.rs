@@ -3,6 +3,7 @@
 //! Built once from config. A candidate (provider, model) appears once however many aliases list
 //! it, so its statistics are shared by all of them.
 
+use crate::body::holder_tag::HolderTag;
 use crate::config::Config;
 use crate::providers::{Provider, ProviderError};
 use crate::routing::{self, affinity, CandidateStats, Choice, Mode, RoutingParams};
@@ -28,6 +29,9 @@ pub struct Candidate {
     /// The candidate's rendezvous identity, from [`Candidate::affinity`]: the same on every
     /// sidecar, so a conversation key picks the same candidate everywhere.
     pub identity: u64,
+    /// The tag the Responses API objects it issues carry in their ids, from its provider name
+    /// and model: the same on every sidecar with the same config.
+    pub holder: HolderTag,
 }
 
 impl Candidate {
@@ -194,6 +198,7 @@ impl Catalog {
                             HeaderValue::from_str(&provider.name).ok(),
                         );
                         let k = Arc::new(Candidate {
+                            holder: HolderTag::of(&provider.name, &c.model),
                             identity: routing::rendezvous::identity(&affinity),
                             affinity,
                             header_values,
@@ -239,5 +244,20 @@ impl Catalog {
     /// The alias a client asked for, if configured.
     pub fn alias(&self, name: &str) -> Option<&Alias> {
         self.by_name.get(name).map(|&i| &self.aliases[i])
+    }
+
+    /// The first alias listing the candidate with tag `holder`, and its place there: where a
+    /// request for an object that candidate holds is counted.
+    pub fn holder(&self, holder: &HolderTag) -> Option<(&Alias, usize)> {
+        self.aliases
+            .iter()
+            .find_map(|alias| Some((alias, alias.holder_position(holder)?)))
+    }
+}
+
+impl Alias {
+    /// The place among this alias's candidates of the one with tag `holder`.
+    pub fn holder_position(&self, holder: &HolderTag) -> Option<usize> {
+        self.candidates.iter().position(|c| &c.holder == holder)
     }
 }

@@ -25,6 +25,12 @@ pub struct Cli {
     #[arg(long, global = true, env = "STURNUS_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
 
+    /// Serve requests without a client credential even on a listener others can reach (a
+    /// non-loopback `listen` without `[auth]`), which sturnus otherwise refuses: for a
+    /// container whose port is published on purpose, behind your own network controls.
+    #[arg(long, global = true, env = "STURNUS_ALLOW_ANONYMOUS")]
+    pub allow_anonymous: bool,
+
     /// Log format: JSON lines when stdout is not a terminal (auto), or always json / pretty.
     #[arg(
         long,
@@ -96,7 +102,7 @@ pub fn main() -> i32 {
         }
     }
     match cli.command {
-        Some(Command::Check) => check(&cli.config, cli.listen),
+        Some(Command::Check) => check(&cli.config, cli.listen, cli.allow_anonymous),
         #[cfg(feature = "tooling")]
         Some(Command::Demo { seconds, verbose }) => crate::demo::run(seconds, verbose),
         #[cfg(feature = "tooling")]
@@ -108,7 +114,13 @@ pub fn main() -> i32 {
         Some(Command::Healthcheck { url, timeout }) => {
             crate::healthcheck::main(&url, std::time::Duration::from_secs(timeout.max(1)))
         }
-        None | Some(Command::Serve) => serve(&cli.config, cli.listen, cli.pingora, cli.log_format),
+        None | Some(Command::Serve) => serve(
+            &cli.config,
+            cli.listen,
+            cli.allow_anonymous,
+            cli.pingora,
+            cli.log_format,
+        ),
     }
 }
 
@@ -124,10 +136,17 @@ fn not_built(subcommand: &str) -> i32 {
 }
 
 /// Loads and validates the config (with `--listen` applied), printing every problem; `None`
-/// when it is unusable.
-fn load(path: &Path, listen: Option<SocketAddr>) -> Option<Config> {
+/// when it is unusable, or when it would serve anyone who reaches it without `[auth]` and
+/// without `--allow-anonymous`.
+fn load(path: &Path, listen: Option<SocketAddr>, allow_anonymous: bool) -> Option<Config> {
     match Config::load_with_listen(path, listen) {
-        Ok(config) => Some(config),
+        Ok(config) => match crate::server::exposure_refusal(&config, allow_anonymous) {
+            Some(refusal) => {
+                eprintln!("sturnus: {refusal}");
+                None
+            }
+            None => Some(config),
+        },
         Err(e) => {
             eprintln!("sturnus: invalid config {}:\n{e}", path.display());
             None
@@ -135,8 +154,8 @@ fn load(path: &Path, listen: Option<SocketAddr>) -> Option<Config> {
     }
 }
 
-fn check(path: &Path, listen: Option<SocketAddr>) -> i32 {
-    let Some(config) = load(path, listen) else {
+fn check(path: &Path, listen: Option<SocketAddr>, allow_anonymous: bool) -> i32 {
+    let Some(config) = load(path, listen, allow_anonymous) else {
         return 1;
     };
     let summary = config.describe();
@@ -147,6 +166,15 @@ fn check(path: &Path, listen: Option<SocketAddr>) -> i32 {
             return 1;
         }
     };
+    if let Some(Err(e)) = app
+        .config
+        .listen_tls
+        .as_ref()
+        .map(crate::server::tls_settings)
+    {
+        eprintln!("sturnus: {e}");
+        return 1;
+    }
     println!("{summary}");
     println!(
         "memory budget for request bodies: {}",
@@ -159,7 +187,13 @@ fn check(path: &Path, listen: Option<SocketAddr>) -> i32 {
     0
 }
 
-fn serve(path: &Path, listen: Option<SocketAddr>, opt: Opt, log_format: LogFormat) -> i32 {
+fn serve(
+    path: &Path,
+    listen: Option<SocketAddr>,
+    allow_anonymous: bool,
+    opt: Opt,
+    log_format: LogFormat,
+) -> i32 {
     observe::logger::init(log_format);
     if opt.upgrade && !cfg!(target_os = "linux") {
         eprintln!(
@@ -167,9 +201,10 @@ fn serve(path: &Path, listen: Option<SocketAddr>, opt: Opt, log_format: LogForma
         );
         return 1;
     }
-    let Some(config) = load(path, listen) else {
+    let Some(config) = load(path, listen, allow_anonymous) else {
         return 1;
     };
+    let anonymous = crate::server::serves_anonymous(&config);
     let app = match App::new(config) {
         Ok(app) => app,
         Err(e) => {
@@ -181,7 +216,7 @@ fn serve(path: &Path, listen: Option<SocketAddr>, opt: Opt, log_format: LogForma
     if let Some(warning) = container_warning(&app) {
         log::warn!("{warning}");
     }
-    match crate::server::build(opt, app) {
+    match crate::server::build(opt, app, anonymous) {
         Ok(server) => server.run_forever(),
         Err(e) => {
             eprintln!("sturnus: {e}");
@@ -194,6 +229,7 @@ fn serve(path: &Path, listen: Option<SocketAddr>, opt: Opt, log_format: LogForma
 /// a container's published port.
 fn listen_warnings(app: &App) -> impl Iterator<Item = String> {
     crate::server::listen_warning(app.config.listen)
+        .filter(|_| crate::server::serves_anonymous(&app.config))
         .into_iter()
         .chain(container_warning(app))
 }

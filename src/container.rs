@@ -78,7 +78,8 @@ pub fn loopback_warning(listen: SocketAddr, surroundings: &Surroundings) -> Opti
         "listen = {listen} is a loopback address and sturnus runs in a container ({sign}): only \
          processes inside this container can reach it, so a published port (docker run -p \
          {port}:{port}) gets no answer. Start sturnus with --listen {open} (or \
-         STURNUS_LISTEN={open}, or listen = \"{open}\" in the config); keep loopback only if \
+         STURNUS_LISTEN={open}, or listen = \"{open}\" in the config) and client keys in \
+         [auth], or --allow-anonymous to serve whoever reaches the port; keep loopback only if \
          the app shares this container's network namespace",
         port = listen.port()
     ))

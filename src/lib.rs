@@ -10,6 +10,7 @@
 pub(crate) mod admin;
 pub(crate) mod api;
 pub(crate) mod app;
+pub mod auth;
 pub mod body;
 pub(crate) mod budget;
 pub mod catalog;

@@ -11,6 +11,8 @@ use crate::proxy::Sturnus;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
+use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::listeners::{L4BufferSettings, ListenerConfig, DEFAULT_L4_WRITE_BUFFER_SIZE};
 use pingora_core::services::listening::Service;
 use std::sync::Arc;
 
@@ -28,6 +30,13 @@ const _: () = assert!(GRACE_PERIOD_SECS + SHUTDOWN_TIMEOUT_SECS < 30);
 /// (provider read and write, pooled-connection idle) that are almost always cancelled; Tokio's
 /// timer forgets a cancelled one at once and costs less to arm.
 pub const TOKIO_TIMER_ABOVE_SECS: u64 = 1;
+/// The plain listener's socket buffers: no read buffer (Pingora's default is 64 KiB per
+/// connection, kept for the connection's life), since the header guard reads each request
+/// header into its own buffer and bodies are read in large pieces; Pingora's write buffer.
+const PLAIN_LISTENER_BUFFERS: L4BufferSettings = L4BufferSettings {
+    read: Some(0),
+    write: Some(DEFAULT_L4_WRITE_BUFFER_SIZE),
+};
 /// `upgrade_sock` when sturnus runs without `-c`.
 pub const UPGRADE_SOCK: &str = "/tmp/sturnus_upgrade.sock";
 /// `pid_file` (written only with `-d`) when sturnus runs without `-c`.
@@ -52,10 +61,16 @@ impl Built {
 }
 
 /// Builds a bootstrapped Pingora server running the sturnus services for `app`, with the signal
-/// watcher to run it with. With `-u` this takes the sockets (and routing state) over from the
+/// watcher to run it with; `anonymous` (requests without a credential are served) warns about
+/// a listener others can reach. With `-u` this takes the sockets (and routing state) over from the
 /// running instance.
-pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
+pub fn build(mut opt: Opt, app: Arc<App>, anonymous: bool) -> Result<Built, ServerConfError> {
     let conf = server_conf(&opt)?;
+    // Read before the server starts: a graceful upgrade's new process reads them afresh.
+    let tls = match &app.config.listen_tls {
+        Some(tls) => Some((tls.listen, tls_settings(tls)?)),
+        None => None,
+    };
     // Every sidecar of the fleet lulls the same candidate at the same moment.
     crate::routing::lull::align_to_wall_clock();
     // The file is loaded above; Pingora would only warn that it ignores it.
@@ -75,7 +90,12 @@ pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
     let guarded = HeaderGuard::new(proxy, app.config.routing.header_timeout);
     let draining = drain::Draining::new(guarded, app.lifecycle.clone(), drain::exit);
     let mut proxy = Service::new("sturnus proxy".to_string(), draining);
-    proxy.add_tcp(&app.config.listen.to_string());
+    proxy.add_listener(
+        ListenerConfig::tcp(app.config.listen.to_string()).l4_buffer(PLAIN_LISTENER_BUFFERS),
+    );
+    if let Some(tls) = tls {
+        proxy.add_tls_with_settings(&tls.0.to_string(), None, tls.1);
+    }
     server.add_service(proxy).add_dependency(&signals);
     log::info!(
         "memory budget for request bodies: {}",
@@ -98,23 +118,75 @@ pub fn build(mut opt: Opt, app: Arc<App>) -> Result<Built, ServerConfError> {
         let metrics = Outliving::new(metrics, app.lifecycle.clone());
         server.add_service(metrics).add_dependency(&signals);
     }
-    if let Some(warning) = listen_warning(app.config.listen) {
+    if let Some(warning) = listen_warning(app.config.listen).filter(|_| anonymous) {
         log::warn!("{warning}");
     }
     Ok(Built { server, watch })
+}
+
+/// Pingora's TLS settings for `[listen_tls]`: its certificate chain and key, ALPN `h2` and
+/// `http/1.1`.
+pub fn tls_settings(tls: &crate::config::ListenTls) -> Result<TlsSettings, ServerConfError> {
+    let (cert, key) = (
+        tls.cert.display().to_string(),
+        tls.key.display().to_string(),
+    );
+    let mut settings =
+        TlsSettings::intermediate(&cert, &key).map_err(|problem| ServerConfError::Tls {
+            cert: cert.clone(),
+            key: key.clone(),
+            problem,
+        })?;
+    settings.enable_h2();
+    Ok(settings)
 }
 
 /// Logs the provider connection settings taken from the server configuration.
 fn log_upstream(upstream: &crate::app::Upstream, conf: &ServerConf) {
     log::info!(
         "provider connections: up to {} idle kept alive (upstream_keepalive_pool_size {} × {} \
-         thread(s)); a request whose pooled connection was already closed is resent up to {} \
-         time(s) (max_retries)",
+         thread(s)); a request whose write to a pooled connection fails is resent {} \
+         (max_retries {})",
         upstream.pool_size,
         conf.upstream_keepalive_pool_size,
         conf.threads.max(1),
+        if upstream.max_resends == 0 {
+            "never"
+        } else {
+            "once"
+        },
         upstream.max_resends
     );
+}
+
+/// Whether requests without a credential are served: no `[auth]`, or `allow_anonymous`.
+pub fn serves_anonymous(config: &crate::config::Config) -> bool {
+    config.auth.as_ref().is_none_or(|a| a.allow_anonymous)
+}
+
+/// The refusal to start for a listener others can reach (a non-loopback `listen`, any
+/// `listen_tls`) with no
+/// `[auth]`, naming the fixes; `allow_anonymous` (`--allow-anonymous`) is the explicit choice
+/// to serve it anyway.
+pub fn exposure_refusal(config: &crate::config::Config, allow_anonymous: bool) -> Option<String> {
+    let exposed = match &config.listen_tls {
+        Some(tls) => format!("listen_tls.listen = {}", tls.listen),
+        None if !config.listen.ip().is_loopback() => {
+            format!("listen = {} is not a loopback address", config.listen)
+        }
+        None => return None,
+    };
+    if config.auth.is_some() || allow_anonymous {
+        return None;
+    }
+    Some(format!(
+        "refusing to start: {exposed} and there is no [auth], so \
+         anyone who can reach it would send requests signed with your provider credentials. \
+         Add client keys ([auth] with [[auth.key]], see docs/operations.md), or, when only \
+         clients you trust can reach the port (a published container port behind your own \
+         network controls), say so with --allow-anonymous (STURNUS_ALLOW_ANONYMOUS=true) or \
+         [auth] allow_anonymous = true"
+    ))
 }
 
 /// The warning for a `listen` address other clients can reach, if it is one.
@@ -152,6 +224,16 @@ pub enum ServerConfError {
     Load {
         /// The YAML file's path.
         path: String,
+        /// Pingora's error.
+        problem: Box<pingora_core::Error>,
+    },
+    /// The `[listen_tls]` certificate or key cannot be used.
+    #[error("listen_tls: cannot use cert {cert} with key {key}: {problem}")]
+    Tls {
+        /// The certificate file.
+        cert: String,
+        /// The key file.
+        key: String,
         /// Pingora's error.
         problem: Box<pingora_core::Error>,
     },

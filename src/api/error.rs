@@ -5,6 +5,13 @@
 use crate::routing::ErrorKind;
 use pingora_core::{Error, ErrorSource, ErrorType};
 
+/// `code` of a request without an accepted credential.
+pub const INVALID_API_KEY: &str = "invalid_api_key";
+/// `code` of a request for an alias its client may not use.
+pub const ALIAS_NOT_ALLOWED: &str = "alias_not_allowed";
+/// `code` of a request over its client's own limits.
+pub const CLIENT_RATE_LIMITED: &str = "client_rate_limited";
+
 /// One error answer: HTTP status plus the OpenAI error object's fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -18,6 +25,15 @@ pub struct ApiError {
     pub param: Option<&'static str>,
     /// Machine-readable error code, if any.
     pub code: Option<&'static str>,
+}
+
+/// A client-supplied name as an error message shows it: at most 200 characters.
+fn shown(name: &str) -> String {
+    let mut shown: String = name.chars().take(200).collect();
+    if shown.len() < name.len() {
+        shown.push('…');
+    }
+    shown
 }
 
 impl ApiError {
@@ -41,10 +57,7 @@ impl ApiError {
 
     /// 404: the requested model is not a configured alias.
     pub fn model_not_found(model: &str) -> Self {
-        let mut shown: String = model.chars().take(200).collect();
-        if shown.len() < model.len() {
-            shown.push('…');
-        }
+        let shown = shown(model);
         ApiError {
             param: Some("model"),
             code: Some("model_not_found"),
@@ -53,6 +66,60 @@ impl ApiError {
                 "invalid_request_error",
                 format!(
                     "The model `{shown}` does not exist: it is not an alias configured in sturnus"
+                ),
+            )
+        }
+    }
+
+    /// 404 `response_id_unrecognised`: a Responses API object id without a valid holder tag
+    /// (altered, made up, or not issued through sturnus), so no candidate can be named.
+    pub fn response_id_unrecognised(id: &str) -> Self {
+        ApiError {
+            code: Some("response_id_unrecognised"),
+            ..Self::new(
+                404,
+                "invalid_request_error",
+                format!(
+                    "No response with id `{}` was issued through sturnus: the id carries no valid \
+                     holder tag (it was altered, or comes from a direct call to a provider)",
+                    shown(id)
+                ),
+            )
+        }
+    }
+
+    /// 404 `response_holder_not_configured`: the id's holder tag is valid but names no
+    /// candidate of the running configuration.
+    pub fn response_holder_not_configured(id: &str, tag: &str) -> Self {
+        ApiError {
+            code: Some("response_holder_not_configured"),
+            ..Self::new(
+                404,
+                "invalid_request_error",
+                format!(
+                    "The response `{}` is held by a candidate (tag {tag}) that is not in \
+                     sturnus's configuration any more",
+                    shown(id)
+                ),
+            )
+        }
+    }
+
+    /// 400 `previous_response_not_found`: a follow-up whose previous response is held by a
+    /// candidate that the requested alias does not list.
+    pub fn previous_response_elsewhere(id: &str, alias: &str) -> Self {
+        ApiError {
+            param: Some("previous_response_id"),
+            code: Some("previous_response_not_found"),
+            ..Self::new(
+                400,
+                "invalid_request_error",
+                format!(
+                    "Previous response with id `{}` is held by a candidate that alias `{}` \
+                     does not list (or that is not configured any more); continue it with the \
+                     alias that created it",
+                    shown(id),
+                    shown(alias)
                 ),
             )
         }
@@ -192,6 +259,46 @@ impl ApiError {
                 status,
                 "server_error",
                 format!("Provider `{provider}` {what}: {detail}"),
+            )
+        }
+    }
+
+    /// 401: the request carries no accepted credential (`[auth]`).
+    pub fn invalid_api_key(message: String) -> Self {
+        ApiError {
+            code: Some(INVALID_API_KEY),
+            ..Self::new(401, "invalid_request_error", message)
+        }
+    }
+
+    /// 403: the client may not use the alias it asked for.
+    pub fn alias_not_allowed(client: &str, alias: &str) -> Self {
+        let mut shown: String = alias.chars().take(200).collect();
+        if shown.len() < alias.len() {
+            shown.push('…');
+        }
+        ApiError {
+            param: Some("model"),
+            code: Some(ALIAS_NOT_ALLOWED),
+            ..Self::new(
+                403,
+                "permission_error",
+                format!("Client `{client}` may not use the model `{shown}`"),
+            )
+        }
+    }
+
+    /// 429: the client is over one of its own limits (not a provider's).
+    pub fn client_rate_limited(client: &str, limit: &str, value: u32, retry_after: u64) -> Self {
+        ApiError {
+            code: Some(CLIENT_RATE_LIMITED),
+            ..Self::new(
+                429,
+                "rate_limit_error",
+                format!(
+                    "Client `{client}` is over its limit {limit} = {value}; retry in \
+                     {retry_after} s"
+                ),
             )
         }
     }

@@ -45,13 +45,24 @@ pub async fn error(
     err: &ApiError,
     body_consumed: bool,
 ) -> Result<()> {
+    error_with(session, request_id, err, body_consumed, &[]).await
+}
+
+/// [`error`], with `extra` headers (a `Retry-After`).
+pub async fn error_with(
+    session: &mut Session,
+    request_id: &str,
+    err: &ApiError,
+    body_consumed: bool,
+    extra: &[(&'static str, String)],
+) -> Result<()> {
     // Boxed, like every answer here: error paths are rare, so their state stays out of the
     // request path's future.
     Box::pin(async move {
         if !body_consumed && !drain_small_body(session).await {
             session.set_keepalive(None);
         }
-        send_error(session, request_id, err, &[]).await
+        send_error(session, request_id, err, extra).await
     })
     .await
 }

@@ -11,10 +11,14 @@
 //! hashes them (on demand: only a request routed by it needs it), so the turns of one conversation
 //! can be kept together.
 
+pub mod holder_tag;
+pub mod id_splice;
 mod opening;
 mod scan;
 mod strings;
 
+#[cfg(test)]
+mod id_proptests;
 #[cfg(test)]
 mod proptests;
 
@@ -45,6 +49,12 @@ pub enum BodyError {
         /// Byte offset of the second value.
         offset: usize,
     },
+    /// More than one top-level "previous_response_id" member; `offset` is where the second
+    /// one's value starts.
+    DuplicatePreviousResponseId {
+        /// Byte offset of the second value.
+        offset: usize,
+    },
     /// Containers nest deeper than [`MAX_DEPTH`].
     TooDeep,
 }
@@ -66,6 +76,11 @@ impl fmt::Display for BodyError {
                 "duplicate parameter 'model': the request body has more than one top-level \
                  'model' key (another at byte {offset}); send exactly one"
             ),
+            BodyError::DuplicatePreviousResponseId { offset } => write!(
+                f,
+                "duplicate parameter 'previous_response_id': the request body has more than one \
+                 top-level 'previous_response_id' key (another at byte {offset}); send at most one"
+            ),
             BodyError::TooDeep => write!(
                 f,
                 "request body is not valid JSON: nesting exceeds {MAX_DEPTH} levels"
@@ -83,6 +98,7 @@ impl BodyError {
             BodyError::MissingModel
             | BodyError::ModelNotString
             | BodyError::DuplicateModel { .. } => Some("model"),
+            BodyError::DuplicatePreviousResponseId { .. } => Some("previous_response_id"),
             _ => None,
         }
     }
@@ -106,6 +122,9 @@ pub struct Inspected {
     opening: Option<Range<usize>>,
     /// Byte range of the contents (between the quotes) of the top-level "model" string value.
     model_span: Range<usize>,
+    /// Byte range of the contents of the top-level "previous_response_id" string value, and
+    /// whether they contain escapes.
+    previous: Option<(Range<usize>, bool)>,
 }
 
 /// Validate a request body and extract the model alias, the stream flag and the conversation key.
@@ -126,6 +145,9 @@ fn inspect_as<const KEY: bool>(body: &[u8]) -> Result<Inspected, BodyError> {
     }
     if let Some(offset) = scan.duplicate_model_at {
         return Err(BodyError::DuplicateModel { offset });
+    }
+    if let Some(offset) = scan.duplicate_previous_at {
+        return Err(BodyError::DuplicatePreviousResponseId { offset });
     }
     let (span, escaped) = match scan.model {
         None => return Err(BodyError::MissingModel),
@@ -155,6 +177,10 @@ fn inspect_as<const KEY: bool>(body: &[u8]) -> Result<Inspected, BodyError> {
         prompted: found.is_some_and(|found| found.led),
         opening,
         model_span: span,
+        previous: match scan.previous_response_id {
+            Some(scan::ModelValue::Str { span, escaped }) => Some((span, escaped)),
+            _ => None,
+        },
     })
 }
 
@@ -203,17 +229,39 @@ impl Inspected {
         std::slice::from_ref(&self.model_span)
     }
 
+    /// The top-level "previous_response_id" string (unescaped), when the request has one.
+    ///
+    /// `body` must be the exact bytes given to [`inspect`].
+    pub fn previous_response_id<'b>(&self, body: &'b [u8]) -> Option<std::borrow::Cow<'b, str>> {
+        let (span, escaped) = self.previous.clone()?;
+        let raw = body.get(span)?;
+        if escaped {
+            let decoded = strings::unescape(raw, usize::MAX)?;
+            String::from_utf8(decoded).ok().map(std::borrow::Cow::Owned)
+        } else {
+            std::str::from_utf8(raw)
+                .ok()
+                .map(std::borrow::Cow::Borrowed)
+        }
+    }
+
     /// Body with every top-level model string value replaced by `model` (JSON-escaped).
     ///
     /// `body` must be the exact bytes given to [`inspect`].
     pub fn splice(&self, body: &[u8], model: &str) -> Vec<u8> {
-        let mut escaped = Vec::with_capacity(escaped_len(model));
-        escape_json_string(model, &mut escaped);
-        let mut out = Vec::with_capacity(self.spliced_len(body, model));
+        self.splice_as(body, Rewrite::model(model))
+    }
+
+    /// Body with the values `rewrite` names replaced (JSON-escaped), every other byte kept.
+    ///
+    /// `body` must be the exact bytes given to [`inspect`].
+    pub fn splice_as(&self, body: &[u8], rewrite: Rewrite<'_>) -> Vec<u8> {
+        let edits = self.edits(rewrite);
+        let mut out = Vec::with_capacity(self.spliced_len_as(body, rewrite));
         let mut prev = 0;
-        for span in self.model_spans() {
+        for (span, value) in &edits {
             out.extend_from_slice(body.get(prev..span.start).unwrap_or_default());
-            out.extend_from_slice(&escaped);
+            out.extend_from_slice(value);
             prev = span.end;
         }
         out.extend_from_slice(body.get(prev..).unwrap_or_default());
@@ -224,16 +272,20 @@ impl Inspected {
     /// (the original bytes around each model value, and the new model value between them), so a
     /// large body is sent upstream without a second copy.
     pub fn splice_parts(&self, body: &bytes::Bytes, model: &str) -> Vec<bytes::Bytes> {
-        let mut escaped = Vec::with_capacity(escaped_len(model));
-        escape_json_string(model, &mut escaped);
-        let escaped = bytes::Bytes::from(escaped);
-        let mut parts = Vec::with_capacity(self.model_spans().len() * 2 + 1);
+        self.splice_parts_as(body, Rewrite::model(model))
+    }
+
+    /// [`Inspected::splice_as`] as pieces sharing `body`'s memory (see
+    /// [`Inspected::splice_parts`]).
+    pub fn splice_parts_as(&self, body: &bytes::Bytes, rewrite: Rewrite<'_>) -> Vec<bytes::Bytes> {
+        let edits = self.edits(rewrite);
+        let mut parts = Vec::with_capacity(edits.len() * 2 + 1);
         let mut prev = 0;
-        for span in self.model_spans() {
+        for (span, value) in edits {
             if span.start > prev && span.start <= body.len() {
                 parts.push(body.slice(prev..span.start));
             }
-            parts.push(escaped.clone());
+            parts.push(bytes::Bytes::from(value));
             prev = span.end.min(body.len());
         }
         if prev < body.len() {
@@ -244,8 +296,58 @@ impl Inspected {
 
     /// Byte length of [`Inspected::splice`] output without building it (for Content-Length).
     pub fn spliced_len(&self, body: &[u8], model: &str) -> usize {
-        let removed: usize = self.model_spans().iter().map(|s| s.len()).sum();
-        (body.len() + self.model_spans().len() * escaped_len(model)).saturating_sub(removed)
+        self.spliced_len_as(body, Rewrite::model(model))
+    }
+
+    /// Byte length of [`Inspected::splice_as`] output without building it.
+    pub fn spliced_len_as(&self, body: &[u8], rewrite: Rewrite<'_>) -> usize {
+        let mut removed: usize = self.model_spans().iter().map(|s| s.len()).sum();
+        let mut added = self.model_spans().len() * escaped_len(rewrite.model);
+        if let (Some(id), Some((span, _))) = (rewrite.previous_response_id, &self.previous) {
+            removed += span.len();
+            added += escaped_len(id);
+        }
+        (body.len() + added).saturating_sub(removed)
+    }
+
+    /// The spans to replace, in body order, each with its new (escaped) contents.
+    fn edits(&self, rewrite: Rewrite<'_>) -> Vec<(Range<usize>, Vec<u8>)> {
+        let escape = |s: &str| {
+            let mut escaped = Vec::with_capacity(escaped_len(s));
+            escape_json_string(s, &mut escaped);
+            escaped
+        };
+        let model = escape(rewrite.model);
+        let mut edits: Vec<_> = self
+            .model_spans()
+            .iter()
+            .map(|span| (span.clone(), model.clone()))
+            .collect();
+        if let (Some(id), Some((span, _))) = (rewrite.previous_response_id, &self.previous) {
+            edits.push((span.clone(), escape(id)));
+            edits.sort_by_key(|(span, _)| span.start);
+        }
+        edits
+    }
+}
+
+/// What the provider's copy of a request body says instead of the client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rewrite<'a> {
+    /// The candidate's model, for the top-level "model".
+    pub model: &'a str,
+    /// The provider's own id of the held response, for the top-level "previous_response_id"
+    /// (`None`: left as the client sent it).
+    pub previous_response_id: Option<&'a str>,
+}
+
+impl<'a> Rewrite<'a> {
+    /// Only the model changes.
+    pub fn model(model: &'a str) -> Rewrite<'a> {
+        Rewrite {
+            model,
+            previous_response_id: None,
+        }
     }
 }
 

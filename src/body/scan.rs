@@ -32,6 +32,10 @@ pub(super) struct Scan {
     pub duplicate_model_at: Option<usize>,
     /// Whether the last top-level "stream" member is the literal `true`.
     pub stream: bool,
+    /// The first top-level "previous_response_id" member, if any (a Responses API follow-up).
+    pub previous_response_id: Option<ModelValue>,
+    /// Byte offset of the value of a second top-level "previous_response_id", if there is one.
+    pub duplicate_previous_at: Option<usize>,
     /// The conversation's opening messages (see [`Opening`]), if it has them.
     pub opening: Option<Found>,
 }
@@ -42,6 +46,8 @@ enum Key {
     Other,
     Model,
     Stream,
+    /// Top-level "previous_response_id".
+    Previous,
     /// Top-level "messages" or "input": a conversation's message list.
     Conversation,
     /// "role" of a message in the conversation's list.
@@ -82,6 +88,10 @@ pub(super) fn scan<const OPENING: bool>(b: &[u8]) -> Result<Scan, BodyError> {
             }
             Key::Model if c != b'"' => out.model = Some(ModelValue::NotString),
             Key::Stream => out.stream = c == b't',
+            Key::Previous if out.previous_response_id.is_some() => {
+                out.duplicate_previous_at.get_or_insert(s.i);
+            }
+            Key::Previous if c != b'"' => out.previous_response_id = Some(ModelValue::NotString),
             Key::Conversation => opening.list_starts(c == b'['),
             _ if OPENING && s.depth == 2 && opening.in_list() => {
                 opening.message_starts(c == b'{', s.i)
@@ -123,6 +133,9 @@ pub(super) fn scan<const OPENING: bool>(b: &[u8]) -> Result<Scan, BodyError> {
                 match key {
                     Key::Model if out.duplicate_model_at.is_none() => {
                         out.model = Some(ModelValue::Str { span, escaped });
+                    }
+                    Key::Previous if out.duplicate_previous_at.is_none() => {
+                        out.previous_response_id = Some(ModelValue::Str { span, escaped });
                     }
                     Key::Role => {
                         let is = |name: &[u8]| spelled(&b[span.clone()], escaped, name);
@@ -232,6 +245,7 @@ impl Scanner<'_> {
         let key = match self.depth {
             1 if is(b"model") => Key::Model,
             1 if is(b"stream") => Key::Stream,
+            1 if is(b"previous_response_id") => Key::Previous,
             1 if OPENING && (is(b"messages") || is(b"input")) => Key::Conversation,
             3 if OPENING && in_list && is(b"role") => Key::Role,
             _ => Key::Other,

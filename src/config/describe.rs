@@ -3,6 +3,28 @@
 use super::schema::{Config, ProviderConfig, ProviderKind};
 use std::fmt::Write;
 
+/// The `auth:` line: client names and whether tokens are accepted, never a key or secret.
+fn auth_line(auth: Option<&super::auth::AuthConfig>) -> String {
+    let Some(auth) = auth else {
+        return "auth: none (every client is served)\n".to_string();
+    };
+    let names: Vec<&str> = auth.keys.iter().map(|k| k.name.as_str()).collect();
+    let jwt = match &auth.jwt {
+        Some(j) => format!(", JWTs from {} for {}", j.issuer, j.audience),
+        None => String::new(),
+    };
+    let anonymous = if auth.allow_anonymous {
+        ", anonymous requests allowed"
+    } else {
+        ""
+    };
+    format!(
+        "auth: {} key(s) [{}]{jwt}{anonymous}\n",
+        names.len(),
+        names.join(", ")
+    )
+}
+
 /// Renders a multi-line summary of `cfg` (listen addresses, providers, aliases, routing).
 pub(crate) fn describe(cfg: &Config) -> String {
     let mut s = String::new();
@@ -13,6 +35,10 @@ pub(crate) fn describe(cfg: &Config) -> String {
         }
         None => s.push_str("metrics_listen: not set\n"),
     }
+    if let Some(tls) = &cfg.listen_tls {
+        let _ = writeln!(s, "listen_tls: {} (h2, http/1.1)", tls.listen);
+    }
+    s.push_str(&auth_line(cfg.auth.as_ref()));
     let _ = writeln!(s, "providers ({}):", cfg.providers.len());
     for p in &cfg.providers {
         let _ = writeln!(s, "  {}", provider_line(p));
@@ -82,4 +108,25 @@ fn provider_line(p: &ProviderConfig) -> String {
         None => "no health check".to_string(),
     };
     format!("{}: {kind}, base_url {base}, {auth}, {health}", p.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+
+    #[test]
+    fn the_summary_names_clients_and_the_tls_listener_but_never_a_key() {
+        let text = "[provider.p]\nbase_url = \"http://127.0.0.1:9/v1\"\n[model]\nfast = [{ provider = \"p\", model = \"m\" }]\n\
+                    [listen_tls]\nlisten = \"0.0.0.0:4443\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
+                    [auth]\n[[auth.key]]\nname = \"billing\"\nkey = \"${K}\"\n";
+        let env = |k: &str| (k == "K").then(|| "sk-never-shown".to_string());
+        let summary = Config::parse(text, &env).unwrap().describe();
+        assert!(summary.contains("listen_tls: 0.0.0.0:4443"), "{summary}");
+        assert!(summary.contains("auth: 1 key(s) [billing]"), "{summary}");
+        assert!(!summary.contains("sk-never-shown"), "{summary}");
+        let open = Config::parse(&text[..text.find("[listen_tls]").unwrap()], &env)
+            .unwrap()
+            .describe();
+        assert!(open.contains("auth: none"), "{open}");
+    }
 }

@@ -7,12 +7,14 @@
 //! they never show up in `Debug`, `Display`, [`Config::describe`] or error messages.
 
 mod alias;
+mod auth;
 mod base_url;
 mod describe;
 mod env_file;
 mod error;
 mod expand;
 mod health_check;
+mod listen_tls;
 mod parse;
 mod provider;
 mod reader;
@@ -25,9 +27,11 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
+pub use auth::{AuthConfig, ClientLimits, JwtConfig, JwtKeySource, StaticKey};
 pub use base_url::{BaseUrl, UrlError};
 pub use env_file::{load_env_file, parse_env_file, BadLines, EnvFileError, LineError};
 pub use error::ConfigError;
+pub use listen_tls::ListenTls;
 pub use schema::{
     AliasConfig, CandidateConfig, Config, HealthCheckConfig, ProviderConfig, ProviderKind,
     RoutingConfig,

@@ -1,7 +1,9 @@
 //! Top-level parsing: TOML syntax, top-level keys, listen addresses, then each section.
 
 use super::alias::read_aliases;
+use super::auth::read_auth;
 use super::error::ConfigError;
+use super::listen_tls::read_listen_tls;
 use super::provider::read_providers;
 use super::reader::{quoted, Reader};
 use super::routing::read_routing;
@@ -10,7 +12,15 @@ use std::net::SocketAddr;
 use toml::{Table, Value};
 
 /// Every top-level key the config accepts.
-const TOP_KEYS: &[&str] = &["listen", "metrics_listen", "provider", "model", "routing"];
+const TOP_KEYS: &[&str] = &[
+    "listen",
+    "metrics_listen",
+    "provider",
+    "model",
+    "routing",
+    "auth",
+    "listen_tls",
+];
 
 /// Parses and validates config text, expanding `${...}` in string values with `env`;
 /// `listen_override` (from `--listen` / `STURNUS_LISTEN`) replaces the file's `listen`.
@@ -48,9 +58,24 @@ pub(crate) fn parse(
             );
         }
     }
+    let listen_tls = read_listen_tls(&mut r, doc.get("listen_tls"));
+    if let Some(tls) = &listen_tls {
+        let clash = |other: SocketAddr| tls.listen == other || overlaps(tls.listen, other);
+        if clash(listen) || metrics_listen.is_some_and(clash) {
+            r.problem(
+                "listen_tls.listen",
+                format_args!(
+                    "{} overlaps listen or metrics_listen; use a different port",
+                    tls.listen
+                ),
+            );
+        }
+    }
     let providers = read_providers(&mut r, doc.get("provider"));
     let aliases = read_aliases(&mut r, doc.get("model"), &providers.names);
     let routing = read_routing(&mut r, doc.get("routing"));
+    let alias_names: Vec<String> = aliases.iter().map(|a| a.name.clone()).collect();
+    let auth = read_auth(&mut r, doc.get("auth"), &alias_names);
     if !r.problems.is_empty() {
         return Err(ConfigError {
             problems: r.problems,
@@ -58,10 +83,12 @@ pub(crate) fn parse(
     }
     Ok(Config {
         listen,
+        listen_tls,
         metrics_listen,
         providers: providers.valid,
         aliases,
         routing,
+        auth,
     })
 }
 

@@ -10,6 +10,8 @@ use std::time::Duration;
 pub struct Config {
     /// Address of the main proxy listener (default 127.0.0.1:4000).
     pub listen: SocketAddr,
+    /// Optional HTTPS listener (`[listen_tls]`), next to `listen`.
+    pub listen_tls: Option<super::listen_tls::ListenTls>,
     /// Optional second listener for metrics; never equal to `listen`.
     pub metrics_listen: Option<SocketAddr>,
     /// Upstream providers, in config order.
@@ -18,6 +20,8 @@ pub struct Config {
     pub aliases: Vec<AliasConfig>,
     /// Routing and limits tuning.
     pub routing: RoutingConfig,
+    /// Client authentication and limits (`[auth]`); `None`: every client is served.
+    pub auth: Option<super::auth::AuthConfig>,
 }
 
 /// One upstream provider (`[provider.NAME]`).

@@ -104,7 +104,7 @@ async fn demo(seconds: u64) -> Result<(), DemoError> {
     let config =
         Config::parse(&config_text(listen, &sims), &|_| None).map_err(DemoError::Config)?;
     let app = App::new(config)?;
-    let server = crate::server::build(Default::default(), app.clone())?;
+    let server = crate::server::build(Default::default(), app.clone(), true)?;
     std::thread::spawn(move || server.run_forever());
     driver::wait_healthy(listen).await?;
 

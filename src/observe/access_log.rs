@@ -47,6 +47,8 @@ pub struct AccessRecord<'a> {
     pub method: &'a str,
     /// Request path without the query string.
     pub path: &'a str,
+    /// The authenticated client's configured name (`[auth]`), never its credential.
+    pub client: Option<&'a str>,
     /// The configured alias, when the request was routed.
     pub alias: Option<&'a str>,
     /// The chosen provider, when routed.
@@ -55,11 +57,15 @@ pub struct AccessRecord<'a> {
     pub model: Option<&'a str>,
     /// Whether the request asked for streaming, when routed.
     pub stream: Option<bool>,
+    /// Why the candidate was chosen (`pick`, `session_affinity`, `prefix_affinity`,
+    /// `held_object`), when routed.
+    pub route: Option<&'a str>,
     /// The status sent to the client, if any was sent.
     pub status: Option<u16>,
     /// How the request ended.
     pub outcome: Verdict,
-    /// The transport-failure kind, when there was one.
+    /// The transport-failure kind, when there was one; for a client sturnus refused itself,
+    /// the answer's `code` (`invalid_api_key`, `alias_not_allowed`, `client_rate_limited`).
     pub error_kind: Option<&'static str>,
     /// Time from sending upstream to the first response chunk, in ms.
     #[serde(serialize_with = "optional_millis")]
@@ -142,10 +148,12 @@ mod tests {
             parent_span_id: routed.then_some("0202020202020202"),
             method: "POST",
             path: "/v1/chat/completions",
+            client: None,
             alias: routed.then_some("fast"),
             provider: routed.then_some("openai"),
             model: routed.then_some("gpt \"x\""),
             stream: routed.then_some(true),
+            route: routed.then_some("pick"),
             status: routed.then_some(200),
             outcome: Verdict::Success,
             error_kind: None,
@@ -187,10 +195,12 @@ mod tests {
             "parent_span_id",
             "method",
             "path",
+            "client",
             "alias",
             "provider",
             "model",
             "stream",
+            "route",
             "status",
             "outcome",
             "error_kind",
@@ -207,10 +217,12 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&unrouted).unwrap();
         for field in [
             "parent_span_id",
+            "client",
             "alias",
             "provider",
             "model",
             "stream",
+            "route",
             "status",
         ] {
             assert!(v[field].is_null(), "{field} in {unrouted}");
@@ -238,7 +250,7 @@ mod tests {
     /// The example line of docs/observability.md, byte for byte.
     #[test]
     fn the_line_reads_as_documented() {
-        let documented = r#"{"timestamp":"2026-01-05T10:00:01.234Z","level":"INFO","target":"sturnus::access","message":"access","request_id":"3449abb3-dc01-4f5b-bb87-ac7338b2746d","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"2a2d064b2bdb3395","parent_span_id":"00f067aa0ba902b7","method":"POST","path":"/v1/chat/completions","alias":"fast","provider":"groq","model":"llama-3.3-70b","stream":true,"status":200,"outcome":"success","error_kind":null,"ttfc_ms":182.411,"duration_ms":2310.07,"request_bytes":412,"response_bytes":5120,"upstream_request_id":"req_01h..."}"#;
+        let documented = r#"{"timestamp":"2026-01-05T10:00:01.234Z","level":"INFO","target":"sturnus::access","message":"access","request_id":"3449abb3-dc01-4f5b-bb87-ac7338b2746d","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"2a2d064b2bdb3395","parent_span_id":"00f067aa0ba902b7","method":"POST","path":"/v1/chat/completions","client":"billing-svc","alias":"fast","provider":"groq","model":"llama-3.3-70b","stream":true,"route":"pick","status":200,"outcome":"success","error_kind":null,"ttfc_ms":182.411,"duration_ms":2310.07,"request_bytes":412,"response_bytes":5120,"upstream_request_id":"req_01h..."}"#;
         let docs = include_str!("../../docs/observability.md");
         assert!(docs.contains(documented), "docs/observability.md changed");
         let record = AccessRecord {
@@ -248,10 +260,12 @@ mod tests {
             parent_span_id: Some("00f067aa0ba902b7"),
             method: "POST",
             path: "/v1/chat/completions",
+            client: Some("billing-svc"),
             alias: Some("fast"),
             provider: Some("groq"),
             model: Some("llama-3.3-70b"),
             stream: Some(true),
+            route: Some("pick"),
             status: Some(200),
             outcome: Verdict::Success,
             error_kind: None,

@@ -58,10 +58,45 @@ pub fn stream_label(mode: Mode) -> &'static str {
     }
 }
 
+/// Why a routed request went to its candidate: the `route` of the access log and of
+/// `sturnus_routes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteReason {
+    /// The latency-weighted pick among the alias's candidates.
+    Pick,
+    /// The `x-session-affinity` pin named it.
+    SessionAffinity,
+    /// The conversation key's pick (prefix affinity).
+    PrefixAffinity,
+    /// The id of a Responses API object it holds named it.
+    HeldObject,
+}
+
+impl RouteReason {
+    /// Every reason, in the order their series are kept.
+    pub const ALL: [RouteReason; 4] = [
+        RouteReason::Pick,
+        RouteReason::SessionAffinity,
+        RouteReason::PrefixAffinity,
+        RouteReason::HeldObject,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteReason::Pick => "pick",
+            RouteReason::SessionAffinity => "session_affinity",
+            RouteReason::PrefixAffinity => "prefix_affinity",
+            RouteReason::HeldObject => "held_object",
+        }
+    }
+}
+
 /// The registry and every sturnus metric family.
 pub struct Metrics {
     registry: Registry,
     buffer_rejections: IntCounter,
+    upstream_resends: IntCounter,
     /// `sturnus_provider_healthy` of each provider with an active health check.
     provider_healthy: Vec<(Arc<Provider>, IntGauge)>,
     /// `sturnus_quota_remaining_ratio`: its series appear once a candidate's provider announces
@@ -70,6 +105,8 @@ pub struct Metrics {
     /// Per alias (config order): its candidate series and routed-request counts.
     aliases: Vec<AliasSeries>,
     by_name: HashMap<String, usize>,
+    /// The per-client series (`[auth]`).
+    pub clients: super::clients::ClientMetrics,
 }
 
 /// One alias's series.
@@ -94,6 +131,8 @@ pub struct CandidateSeries {
     client_closed: IntCounter,
     inflight: IntGauge,
     share: Gauge,
+    /// `sturnus_routes_total`, per [`RouteReason::ALL`].
+    routes: [IntCounter; 4],
 }
 
 fn slot(mode: Mode) -> usize {
@@ -157,6 +196,11 @@ impl Metrics {
             "sturnus_buffer_rejections_total",
             "Requests shed with 429 by the memory budget.",
         )?;
+        let upstream_resends = IntCounter::new(
+            "sturnus_upstream_resends_total",
+            "Requests resent on a new provider connection because writing them to a pooled one \
+             failed (they cannot have reached the provider); at most once per request.",
+        )?;
         let inflight = IntGaugeVec::new(
             Opts::new(
                 "sturnus_inflight_requests",
@@ -178,6 +222,16 @@ impl Metrics {
                  (requests or tokens); present once a provider announced a quota with a limit.",
             ),
             &[CANDIDATE_LABELS.as_slice(), &["kind"]].concat(),
+        )?;
+        let routes = IntCounterVec::new(
+            Opts::new(
+                "sturnus_routes_total",
+                "Requests routed to each candidate, by why it was chosen: pick (the \
+                 latency-weighted pick), session_affinity (the x-session-affinity pin), \
+                 prefix_affinity (the conversation key) or held_object (the candidate holds the \
+                 Responses API object the request names).",
+            ),
+            &[CANDIDATE_LABELS.as_slice(), &["route"]].concat(),
         )?;
         let build_info = IntGaugeVec::new(
             Opts::new("sturnus_build_info", "Always 1; the version is a label."),
@@ -207,9 +261,11 @@ impl Metrics {
         registry.register(Box::new(overhead.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(buffer_rejections.clone()))?;
+        registry.register(Box::new(upstream_resends.clone()))?;
         registry.register(Box::new(inflight.clone()))?;
         registry.register(Box::new(share.clone()))?;
         registry.register(Box::new(quota_ratio.clone()))?;
+        registry.register(Box::new(routes.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(healthy))?;
 
@@ -239,6 +295,7 @@ impl Metrics {
                         client_closed: errors.with_label_values(&l(CLIENT_CLOSED)),
                         inflight: inflight.with_label_values(&base),
                         share: share.with_label_values(&base),
+                        routes: RouteReason::ALL.map(|r| routes.with_label_values(&l(r.as_str()))),
                         labels: labels.clone(),
                     })
                 })
@@ -254,9 +311,12 @@ impl Metrics {
             .enumerate()
             .map(|(i, a)| (a.name.clone(), i))
             .collect();
+        let clients = super::clients::ClientMetrics::new(&registry)?;
         let metrics = Metrics {
+            clients,
             registry,
             buffer_rejections,
+            upstream_resends,
             provider_healthy,
             quota_ratio,
             aliases,
@@ -277,6 +337,11 @@ impl Metrics {
             Some(s.clone())
         });
         Tracked { series, mode }
+    }
+
+    /// Counts one request resent after writing it to a pooled connection failed.
+    pub fn upstream_resent(&self) {
+        self.upstream_resends.inc();
     }
 
     /// Counts one request shed with 429 by the memory budget.
@@ -362,6 +427,13 @@ pub struct Tracked {
 }
 
 impl Tracked {
+    /// Counts why the request went to its candidate (`sturnus_routes_total`).
+    pub fn routed(&self, reason: RouteReason) {
+        if let Some(s) = &self.series {
+            s.routes[reason as usize].inc();
+        }
+    }
+
     /// Observes the time to the first response chunk.
     pub fn first_chunk(&self, seconds: f64) {
         if let Some(s) = &self.series {

@@ -2,6 +2,7 @@
 //!
 //! - [`metrics`]: the Prometheus registry behind `GET /metrics`.
 //! - [`access_log`]: one structured line per request.
+//! - [`clients`]: the per-client series (`[auth]`).
 //! - [`trace`]: W3C `traceparent`/`tracestate` propagation and `x-request-id`.
 //! - [`logger`]: the `env_logger` setup (JSON lines or text).
 //! - [`flat_json`]: the serializer that writes a JSON log line.
@@ -10,6 +11,7 @@
 //! Nothing here does I/O on the request path besides logging; the proxy feeds these rooms.
 
 pub mod access_log;
+pub mod clients;
 pub mod flat_json;
 pub mod log_sink;
 pub mod logger;
@@ -32,6 +34,9 @@ pub fn log_startup(config: &Config) {
         env!("CARGO_PKG_VERSION"),
         config.listen
     );
+    if let Some(tls) = &config.listen_tls {
+        log::info!("TLS listener on {} (h2, http/1.1)", tls.listen);
+    }
     if let Some(addr) = config.metrics_listen {
         log::info!("metrics listener on {addr} (/metrics, /health, /healthz, /status)");
     }

@@ -2,13 +2,14 @@
 //! Pingora's `upstream_peer` and `request_body_filter` phases are not reached for routed
 //! requests; [`admit`] does their work, through `upstream_peer` and `request_body_filter`.
 
-use super::ctx::{RequestCtx, Route};
+use super::ctx::RequestCtx;
+use super::held_object;
 use super::whole_body::{self, BodyLimits};
 use crate::api::{respond, ApiError};
 use crate::app::App;
 use crate::body;
+use crate::observe::metrics::RouteReason;
 use crate::providers::Provider;
-use crate::routing::lull::Slot;
 use crate::routing::{ErrorKind, Mode};
 use bytes::Bytes;
 use pingora_core::upstreams::peer::HttpPeer;
@@ -75,6 +76,9 @@ fn affinity_key(inspected: &body::Inspected, body: &[u8]) -> Option<u64> {
 pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Result<Admission> {
     let header = session.req_header();
     let path = header.uri.path();
+    if let Some(object) = held_object::ObjectRequest::parse(&header.method, path) {
+        return held_object::admit_object(session, app, ctx, object).await;
+    }
     let target = match routed_suffix(path) {
         Some(suffix) if header.method == http::Method::POST => Ok(suffix),
         Some(_) => Err(ApiError::method_not_allowed(
@@ -92,6 +96,110 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
         }
     };
 
+    let Some(received) = receive_body(session, app, ctx).await? else {
+        return Ok(Admission::Answered);
+    };
+    let inspected = match inspect_body(&received, app.config.routing.prefix_affinity) {
+        Ok(inspected) => inspected,
+        Err(err) => {
+            respond::error(session, &ctx.request_id, &err, true).await?;
+            return Ok(Admission::Answered);
+        }
+    };
+    if let Some(err) = super::client_gate::alias_refusal(ctx, &inspected.model) {
+        respond::error(session, &ctx.request_id, &err, true).await?;
+        return Ok(Admission::Answered);
+    }
+    let Some(alias) = app.catalog.alias(&inspected.model) else {
+        respond::error(
+            session,
+            &ctx.request_id,
+            &ApiError::model_not_found(&inspected.model),
+            true,
+        )
+        .await?;
+        return Ok(Admission::Answered);
+    };
+
+    let mode = Mode::from_stream(inspected.stream);
+    let responses = suffix == "/responses";
+    let follow_up = responses
+        .then(|| held_object::follow_up(&inspected, &received))
+        .flatten();
+    let (index, reason, conversation) = match &follow_up {
+        Some(held) => match alias.holder_position(&held.holder) {
+            Some(index) => (index, RouteReason::HeldObject, None),
+            None => {
+                let err = ApiError::previous_response_elsewhere(&held.id, &alias.name);
+                respond::error(session, &ctx.request_id, &err, true).await?;
+                return Ok(Admission::Answered);
+            }
+        },
+        None => {
+            let pin = session
+                .req_header()
+                .headers
+                .get(&super::outcome::AFFINITY_NAME)
+                .and_then(|v| v.to_str().ok());
+            // One candidate needs no key: the hash is skipped.
+            let conversation = (alias.candidates.len() > 1)
+                .then(|| affinity_key(&inspected, &received))
+                .flatten();
+            let choice = alias.choose_keyed(mode, pin, conversation, &app.catalog.params);
+            let reason = match (choice.pinned_honoured, conversation) {
+                (true, _) => RouteReason::SessionAffinity,
+                (false, Some(_)) => RouteReason::PrefixAffinity,
+                (false, None) => RouteReason::Pick,
+            };
+            (choice.index, reason, conversation)
+        }
+    };
+    let candidate = &alias.candidates[index];
+    let rewrite = body::Rewrite {
+        model: &candidate.model,
+        previous_response_id: follow_up.as_ref().map(|held| held.provider_id.as_str()),
+    };
+    let spliced_len = inspected.spliced_len_as(&received, rewrite);
+    let provider = candidate.provider.clone();
+    let path_and_query = provider.endpoint.path_and_query(
+        suffix,
+        session.req_header().uri.query(),
+        &candidate.model,
+    );
+    let keyed = reason == RouteReason::PrefixAffinity && conversation.is_some();
+    ctx.route = Some(held_object::route(
+        app,
+        alias,
+        index,
+        mode,
+        held_object::Why {
+            reason,
+            holder: responses.then_some(candidate.holder),
+            keyed_hits: keyed.then(|| std::sync::Arc::clone(&alias.keyed_hits)),
+        },
+        path_and_query,
+        spliced_len,
+    ));
+
+    let peer = match upstream_peer(&provider, app, ctx).await {
+        Ok(peer) => peer,
+        Err(err) => {
+            respond::error(session, &ctx.request_id, &err, true).await?;
+            return Ok(Admission::Answered);
+        }
+    };
+    let body = request_body_filter(&inspected, &received, rewrite);
+    Ok(Admission::Forward { body, peer })
+}
+
+/// Reads the whole request body within the size cap, the time limit and the memory budget
+/// (which then holds it in `ctx` until the provider has it); `None` when it was refused and
+/// the refusal answered.
+pub(super) async fn receive_body(
+    session: &mut Session,
+    app: &App,
+    ctx: &mut RequestCtx,
+) -> Result<Option<Bytes>> {
     let limits = BodyLimits {
         cap: app.config.routing.max_body_bytes,
         timeout: app.config.routing.body_timeout,
@@ -109,79 +217,18 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
                 refused.retry_after,
             )
             .await?;
-            return Ok(Admission::Answered);
+            return Ok(None);
         }
     };
     ctx.overhead.body_received = Some(std::time::Instant::now());
     ctx.request_bytes = whole.bytes.len() as u64;
     ctx.reservation = Some(whole.reservation);
-    let inspected = match inspect_body(&whole.bytes, app.config.routing.prefix_affinity) {
-        Ok(inspected) => inspected,
-        Err(err) => {
-            respond::error(session, &ctx.request_id, &err, true).await?;
-            return Ok(Admission::Answered);
-        }
-    };
-    let Some(alias) = app.catalog.alias(&inspected.model) else {
-        respond::error(
-            session,
-            &ctx.request_id,
-            &ApiError::model_not_found(&inspected.model),
-            true,
-        )
-        .await?;
-        return Ok(Admission::Answered);
-    };
-
-    let mode = Mode::from_stream(inspected.stream);
-    let pin = session
-        .req_header()
-        .headers
-        .get(&super::outcome::AFFINITY_NAME)
-        .and_then(|v| v.to_str().ok());
-    // One candidate needs no key: the hash is skipped.
-    let conversation = (alias.candidates.len() > 1)
-        .then(|| affinity_key(&inspected, &whole.bytes))
-        .flatten();
-    let choice = alias.choose_keyed(mode, pin, conversation, &app.catalog.params);
-    let candidate = &alias.candidates[choice.index];
-    let spliced_len = inspected.spliced_len(&whole.bytes, &candidate.model);
-    let provider = candidate.provider.clone();
-    let path_and_query = provider.endpoint.path_and_query(
-        suffix,
-        session.req_header().uri.query(),
-        &candidate.model,
-    );
-    ctx.route = Some(Route {
-        alias: alias.name.clone(),
-        metrics: app.metrics.track(&alias.name, choice.index, mode),
-        inflight: candidate.stats.begin_owned(),
-        candidate: std::sync::Arc::clone(candidate),
-        mode,
-        slot: Slot {
-            index: choice.index,
-            of: alias.candidates.len(),
-        },
-        keyed_hits: (conversation.is_some() && !choice.pinned_honoured)
-            .then(|| std::sync::Arc::clone(&alias.keyed_hits)),
-        path_and_query,
-        body_len: spliced_len,
-    });
-
-    let peer = match upstream_peer(&provider, app, ctx).await {
-        Ok(peer) => peer,
-        Err(err) => {
-            respond::error(session, &ctx.request_id, &err, true).await?;
-            return Ok(Admission::Answered);
-        }
-    };
-    let body = request_body_filter(&inspected, &whole.bytes, &candidate.model);
-    Ok(Admission::Forward { body, peer })
+    Ok(Some(whole.bytes))
 }
 
 /// sturnus's `upstream_peer`: the chosen candidate's provider as a Pingora peer, once its
 /// credential can authorize the request; the answer to send (503, 502) when it cannot.
-async fn upstream_peer(
+pub(super) async fn upstream_peer(
     provider: &Provider,
     app: &App,
     ctx: &mut RequestCtx,
@@ -206,11 +253,15 @@ async fn upstream_peer(
 /// sturnus's `request_body_filter`: the body the provider receives, the client's with the
 /// candidate's model spliced in: one buffer up to [`ONE_BUFFER_MAX`], else pieces sharing the
 /// received body's memory.
-fn request_body_filter(inspected: &body::Inspected, received: &Bytes, model: &str) -> Vec<Bytes> {
+fn request_body_filter(
+    inspected: &body::Inspected,
+    received: &Bytes,
+    rewrite: body::Rewrite<'_>,
+) -> Vec<Bytes> {
     if received.len() <= ONE_BUFFER_MAX {
-        vec![Bytes::from(inspected.splice(received, model))]
+        vec![Bytes::from(inspected.splice_as(received, rewrite))]
     } else {
-        inspected.splice_parts(received, model)
+        inspected.splice_parts_as(received, rewrite)
     }
 }
 

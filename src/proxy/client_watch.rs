@@ -9,6 +9,11 @@
 //! pipelined its next request. Those stay in the socket for the header guard to read once this
 //! answer is complete, and the watch ends there, since a close behind them cannot be seen.
 //!
+//! Over TLS the socket carries encrypted records, so a peek cannot tell a pipelined request
+//! from the client's `close_notify`: there the watcher reads the connection's TCP state instead
+//! (the client's FIN or reset shows as `CLOSE_WAIT` or `CLOSE`). An HTTP/2 client has no socket
+//! of its own to watch (its streams share one connection), so it is not watched.
+//!
 //! One thread for every watched request, rather than a timer per request: joining and leaving
 //! the list is all a request pays (a lock and a slot, no timer and no system call of its own).
 //!
@@ -18,11 +23,13 @@
 //! (`header_guard.rs`), which reads every request header itself.
 
 use pingora_core::protocols::l4::stream::Stream as SocketStream;
+use pingora_core::protocols::SocketDigest;
 use pingora_core::{Error, ErrorType};
 use pingora_proxy::Session;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -32,10 +39,20 @@ use std::time::Duration;
 pub const PERIOD: Duration = Duration::from_millis(200);
 
 /// The client's socket, watched for a close while the provider works.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ClientWatch {
-    /// The client's socket; `None` when the downstream is not a plain socket (nothing watched).
-    fd: Option<RawFd>,
+    /// The client's socket; `None` when the downstream has none to watch (HTTP/2).
+    fd: Option<Socket>,
+}
+
+/// How a client's socket is looked at.
+#[derive(Debug, Clone)]
+enum Socket {
+    /// A plain socket: peeked at.
+    Plain(RawFd),
+    /// A TLS connection's socket, whose bytes are encrypted records (a peek cannot tell a
+    /// pipelined request from a `close_notify`): its TCP state says whether the client closed.
+    Tls(Arc<SocketDigest>),
 }
 
 /// What a look at the client's socket found.
@@ -53,11 +70,13 @@ impl ClientWatch {
     /// Watches the client of `session`. The socket stays open as long as the session lives, and
     /// the watch is only awaited while the session is borrowed by the forward.
     pub fn new(session: &Session) -> Self {
-        let fd = session
-            .as_downstream()
-            .stream()
-            .and_then(|s| s.as_any().downcast_ref::<SocketStream>())
-            .map(AsRawFd::as_raw_fd);
+        let Some(stream) = session.as_downstream().stream() else {
+            return ClientWatch { fd: None };
+        };
+        let fd = match stream.as_any().downcast_ref::<SocketStream>() {
+            Some(plain) => Some(Socket::Plain(plain.as_raw_fd())),
+            None => stream.get_socket_digest().map(Socket::Tls),
+        };
         ClientWatch { fd }
     }
 
@@ -76,7 +95,7 @@ impl ClientWatch {
 #[derive(Debug)]
 pub struct Gone {
     /// The socket to watch; `None` once done (or when there is none).
-    fd: Option<RawFd>,
+    fd: Option<Socket>,
     /// Its place on the watched list, once it is there.
     slot: Option<Key>,
 }
@@ -85,12 +104,13 @@ impl Future for Gone {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(fd) = self.fd else {
+        let Some(fd) = &self.fd else {
             return Poll::Pending;
         };
         let mut list = watched();
         let Some(key) = self.slot else {
-            self.slot = Some(list.insert(fd, cx.waker()));
+            let key = list.insert(fd.clone(), cx.waker());
+            self.slot = Some(key);
             drop(list);
             start_watcher();
             return Poll::Pending;
@@ -147,7 +167,7 @@ struct Slot {
 }
 
 struct Entry {
-    fd: RawFd,
+    fd: Socket,
     /// Wakes the forward when its client is gone.
     waker: Waker,
     /// What the watcher last found: `Waiting` while it keeps looking.
@@ -155,7 +175,7 @@ struct Entry {
 }
 
 impl Watched {
-    fn insert(&mut self, fd: RawFd, waker: &Waker) -> Key {
+    fn insert(&mut self, fd: Socket, waker: &Waker) -> Key {
         self.generation += 1;
         let entry = Entry {
             fd,
@@ -207,7 +227,7 @@ impl Watched {
     }
 
     /// The sockets still to look at, into `out`.
-    fn to_look_at(&self, out: &mut Vec<(Key, RawFd)>) {
+    fn to_look_at(&self, out: &mut Vec<(Key, Socket)>) {
         out.clear();
         for (index, slot) in self.slots.iter().enumerate() {
             if let Some(entry) = &slot.entry {
@@ -216,7 +236,7 @@ impl Watched {
                         index,
                         generation: slot.generation,
                     };
-                    out.push((key, entry.fd));
+                    out.push((key, entry.fd.clone()));
                 }
             }
         }
@@ -270,7 +290,7 @@ fn watcher() {
         found.extend(
             sockets
                 .iter()
-                .map(|&(key, fd)| (key, look(fd)))
+                .map(|(key, fd)| (*key, look_at(fd)))
                 .filter(|(_, seen)| *seen != Seen::Waiting),
         );
         if found.is_empty() {
@@ -284,6 +304,26 @@ fn watcher() {
                 .collect()
         };
         wake.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Looks at a watched socket.
+fn look_at(socket: &Socket) -> Seen {
+    match socket {
+        Socket::Plain(fd) => look(*fd),
+        Socket::Tls(digest) => tcp_state(digest),
+    }
+}
+
+/// Linux's TCP states after the peer closed or reset the connection: `TCP_CLOSE_WAIT` (its
+/// FIN arrived), `TCP_CLOSE` (reset), `TCP_LAST_ACK`.
+const PEER_CLOSED_STATES: [u8; 3] = [8, 7, 9];
+
+/// Whether the TCP connection under a TLS session was closed by the client.
+fn tcp_state(digest: &SocketDigest) -> Seen {
+    match digest.tcp_info() {
+        Some(info) if !PEER_CLOSED_STATES.contains(&info.tcpi_state) => Seen::Waiting,
+        _ => Seen::Closed,
     }
 }
 
@@ -352,7 +392,7 @@ mod tests {
         let waker = Waker::from(flag.clone());
         let mut cx = Context::from_waker(&waker);
         let mut gone = ClientWatch {
-            fd: Some(server.as_raw_fd()),
+            fd: Some(Socket::Plain(server.as_raw_fd())),
         }
         .gone();
         assert!(Pin::new(&mut gone).poll(&mut cx).is_pending());
@@ -374,9 +414,9 @@ mod tests {
     fn what_was_seen_of_a_removed_entry_is_dropped_even_when_its_slot_is_reused() {
         let mut list = Watched::default();
         let waker = Waker::noop();
-        let old = list.insert(7, waker);
+        let old = list.insert(Socket::Plain(7), waker);
         list.remove(old);
-        let new = list.insert(8, waker);
+        let new = list.insert(Socket::Plain(8), waker);
         assert_eq!(old.index, new.index, "the slot is reused");
         assert!(list.seen(old, Seen::Closed).is_none());
         assert!(
@@ -385,12 +425,13 @@ mod tests {
         );
         let mut sockets = Vec::new();
         list.to_look_at(&mut sockets);
-        assert_eq!(sockets, vec![(new, 8)]);
+        assert_eq!(sockets.len(), 1);
+        assert!(matches!(sockets[0], (key, Socket::Plain(8)) if key == new));
         // Bytes end the looking; a close is reported to the entry's forward.
         assert!(list.seen(new, Seen::Bytes).is_none());
         list.to_look_at(&mut sockets);
         assert!(sockets.is_empty());
-        let other = list.insert(9, waker);
+        let other = list.insert(Socket::Plain(9), waker);
         assert!(list.seen(other, Seen::Closed).is_some());
         assert!(list.poll(other, waker));
     }
@@ -399,7 +440,10 @@ mod tests {
     fn dropping_a_watch_takes_it_off_the_list() {
         let waker = Waker::noop();
         let mut cx = Context::from_waker(waker);
-        let mut gone = ClientWatch { fd: Some(-1) }.gone();
+        let mut gone = ClientWatch {
+            fd: Some(Socket::Plain(-1)),
+        }
+        .gone();
         assert!(Pin::new(&mut gone).poll(&mut cx).is_pending());
         let key = gone.slot.unwrap();
         drop(gone);

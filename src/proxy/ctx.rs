@@ -1,8 +1,10 @@
 //! The per-request state: the only state a request carries between Pingora's hooks.
 
 use super::overhead::OverheadMarks;
+use crate::body::holder_tag::HolderTag;
 use crate::budget::Reservation;
 use crate::catalog::Candidate;
+use crate::observe::metrics::RouteReason;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
 use crate::routing::lull::Slot;
@@ -32,6 +34,11 @@ pub struct Route {
     pub inflight: OwnedInflightGuard,
     /// The request's metric series (in flight until the context drops).
     pub metrics: Tracked,
+    /// Why the candidate was chosen (logged as `route`, counted in `sturnus_routes_total`).
+    pub reason: RouteReason,
+    /// For a Responses API answer: the candidate's holder tag, which the response ids in the
+    /// answer get ([`crate::body::id_splice`]).
+    pub holder: Option<HolderTag>,
 }
 
 /// State of one request across the proxy hooks.
@@ -74,6 +81,12 @@ pub struct RequestCtx {
     /// The memory budget held for the request body, until the provider has it (or the
     /// request ends any other way: dropping the context gives it back).
     pub reservation: Option<Reservation>,
+    /// The authenticated client (`[auth]`), when the request carried an accepted credential.
+    pub client: Option<Arc<crate::auth::Client>>,
+    /// The request's place under its client's `max_inflight`, until the context drops.
+    pub client_slot: Option<crate::auth::limits::Slot>,
+    /// The `code` of sturnus's refusal of the client itself (401, 403, 429 of its own limits).
+    pub refusal: Option<&'static str>,
 }
 
 impl RequestCtx {
@@ -97,6 +110,9 @@ impl RequestCtx {
             response_bytes: 0,
             request_bytes: 0,
             reservation: None,
+            client: None,
+            client_slot: None,
+            refusal: None,
         }
     }
 }

@@ -14,8 +14,9 @@
 
 use super::client_watch::{client_left, ClientWatch};
 use super::ctx::RequestCtx;
-use super::{outcome, overhead, upstream_request};
+use super::{held_answer, outcome, overhead, upstream_request};
 use crate::app::App;
+use crate::body::id_splice::StreamTagger;
 use bytes::Bytes;
 use pingora::http::RequestHeader;
 use pingora_core::protocols::http::client::HttpSession;
@@ -99,10 +100,12 @@ async fn connect(app: &App, peer: &HttpPeer) -> Result<(HttpSession, bool, Durat
     Ok((HttpSession::H1(new), reused, opening.elapsed()))
 }
 
-/// Sends the request and reads the response header. The only resend: a pooled connection the
-/// provider had already closed, found dead before anything was received (the same candidate,
-/// the same bytes, on the next connection; at most `max_retries` times, see
-/// [`error_while_proxy`]).
+/// Sends the request and reads the response header. The only resend: a request that cannot
+/// have reached the provider, because writing it to a pooled connection failed (the provider
+/// had closed it); the same candidate, the same bytes, on the next connection, at most once
+/// (and not at all with `max_retries: 0`), counted in `sturnus_upstream_resends_total`. A
+/// request written whole is never resent, whatever happens next: the provider may be
+/// generating its answer (see [`error_while_proxy`]).
 async fn send(
     session: &Session,
     app: &App,
@@ -111,6 +114,7 @@ async fn send(
     peer: &HttpPeer,
 ) -> Result<HttpSession> {
     let mut resends = 0;
+    let allowed = app.upstream().max_resends.min(MAX_RESENDS);
     loop {
         let header = upstream_header(session, ctx)?;
         let (mut upstream, reused, connecting) = connect(app, peer).await?;
@@ -122,8 +126,9 @@ async fn send(
                 ctx.overhead.header_received = Some(Instant::now());
                 return Ok(upstream);
             }
-            Err(e) if error_while_proxy(&e, reused) && resends < app.upstream().max_resends => {
+            Err(e) if error_while_proxy(&e, reused) && resends < allowed => {
                 log::debug!("pooled connection to {peer} was closed ({e}); resending");
+                app.metrics.upstream_resent();
                 resends += 1;
             }
             Err(e) => return Err(e.more_context(format!("Peer: {peer}")).into_up()),
@@ -155,6 +160,9 @@ fn upstream_header(session: &Session, ctx: &mut RequestCtx) -> Result<Box<Reques
     Ok(Box::new(req))
 }
 
+/// Most resends of one request.
+const MAX_RESENDS: usize = 1;
+
 /// Writes the request header and body, then waits for the response header.
 async fn exchange(
     upstream: &mut HttpSession,
@@ -164,7 +172,7 @@ async fn exchange(
     write_request(upstream, header, body)
         .await
         .map_err(undelivered)?;
-    upstream.read_response_header().await
+    upstream.read_response_header().await.map_err(delivered)
 }
 
 /// Writes the request header and the whole body.
@@ -187,18 +195,27 @@ async fn write_request(
 /// response header, caught one step earlier (when the close raced the pool's liveness check).
 /// A write timeout is not marked: the provider may be reading slowly.
 fn undelivered(mut e: Box<Error>) -> Box<Error> {
-    if e.etype() == &ErrorType::WriteError {
-        e.retry = RetryType::ReusedOnly;
-    }
+    e.retry = if e.etype() == &ErrorType::WriteError {
+        RetryType::ReusedOnly
+    } else {
+        RetryType::Decided(false)
+    };
+    e
+}
+
+/// Marks a failure after the whole request was written as final. Pingora's HTTP/1 client marks
+/// a connection closed before the response header as safe to resend on a reused connection,
+/// but the provider may have read the request and be generating an answer: it is not resent.
+fn delivered(mut e: Box<Error>) -> Box<Error> {
+    e.retry = RetryType::Decided(false);
     e
 }
 
 /// sturnus's `error_while_proxy`: whether an exchange may be resent, as Pingora's hook decides
-/// for its own proxy loop. Only when it went out on a pooled connection and failed because that
-/// connection was closed before any answer began (Pingora's HTTP/1 client marks those reads as
-/// safe to resend on a reused connection; [`undelivered`] marks the writes).
+/// for its own proxy loop. Only when it went out on a pooled connection and writing it failed
+/// ([`undelivered`]): the request cannot have reached the provider.
 fn error_while_proxy(e: &Error, reused: bool) -> bool {
-    reused && matches!(e.retry, RetryType::ReusedOnly | RetryType::Decided(true))
+    reused && matches!(e.retry, RetryType::ReusedOnly)
 }
 
 /// Sends the provider's response header (with sturnus's headers) and relays its body. Each
@@ -217,6 +234,14 @@ async fn relay_response(
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),
     };
     outcome::response_filter(&mut response, ctx);
+    let mut tagger = match held_answer::tagging(&mut response, ctx) {
+        held_answer::Tagging::Untouched => None,
+        held_answer::Tagging::Stream(tagger) => Some(tagger),
+        held_answer::Tagging::Whole(holder) => {
+            return held_answer::relay_whole(session, app, ctx, upstream, response, holder, gone)
+                .await;
+        }
+    };
     // The header goes out at once, with whatever body has already arrived.
     let mut tasks = vec![HttpTask::Header(Box::new(response), false)];
     let mut first_write = true;
@@ -229,12 +254,14 @@ async fn relay_response(
                 chunk = upstream.read_response_body() => chunk,
                 () = gone.as_mut() => return Err(client_left()),
             };
-            outcome = batch.take(chunk, upstream, &mut tasks, ctx, app);
+            outcome = batch.take(chunk, upstream, &mut tasks, ctx, app, &mut tagger);
         }
         while matches!(outcome, Ok(false)) && batch.has_room() {
             // Pingora's own proxy loop also drops a pending read (it is cancel-safe).
             match ready_now(upstream.read_response_body()) {
-                Some(chunk) => outcome = batch.take(chunk, upstream, &mut tasks, ctx, app),
+                Some(chunk) => {
+                    outcome = batch.take(chunk, upstream, &mut tasks, ctx, app, &mut tagger)
+                }
                 None => break,
             }
         }
@@ -277,8 +304,8 @@ impl Batch {
         self.chunks < MAX_BATCH_CHUNKS && self.bytes < MAX_BATCH_BYTES
     }
 
-    /// Times and counts one chunk read from the provider and queues it for the client; true
-    /// at the end of the response.
+    /// Times and counts one chunk read from the provider and queues it for the client (its
+    /// events' response ids tagged, with a `tagger`); true at the end of the response.
     fn take(
         &mut self,
         chunk: Result<Option<Bytes>>,
@@ -286,6 +313,7 @@ impl Batch {
         tasks: &mut Vec<HttpTask>,
         ctx: &mut RequestCtx,
         app: &App,
+        tagger: &mut Option<StreamTagger>,
     ) -> Result<bool> {
         let chunk = chunk.map_err(|e| e.into_up())?;
         let end = chunk.is_none() || upstream.response_done();
@@ -293,6 +321,10 @@ impl Batch {
         outcome::response_body_filter(body, end, ctx, app);
         self.chunks += 1;
         self.bytes += body.len();
+        let chunk = match tagger {
+            Some(tagger) => held_answer::retag(tagger, chunk, end),
+            None => chunk,
+        };
         tasks.push(HttpTask::Body(chunk, end));
         Ok(end)
     }
@@ -358,6 +390,16 @@ mod tests {
     fn a_write_that_timed_out_is_not_marked_for_a_resend() {
         let marked = undelivered(Error::new(ErrorType::WriteTimedout));
         assert!(!error_while_proxy(&marked, true));
+    }
+
+    #[test]
+    fn a_connection_closed_after_the_whole_request_was_written_is_never_resent() {
+        let mut closed = Error::new(ErrorType::ConnectionClosed);
+        closed.retry = RetryType::ReusedOnly;
+        assert!(!error_while_proxy(&delivered(closed), true));
+        let mut reset = Error::new(ErrorType::ReadError);
+        reset.retry = RetryType::Decided(true);
+        assert!(!error_while_proxy(&delivered(reset), true));
     }
 
     #[test]

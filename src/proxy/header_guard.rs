@@ -76,6 +76,11 @@ where
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
+        // HTTP/2 (ALPN `h2` on the TLS listener) is framed, not an HTTP/1.1 header to guard:
+        // Pingora's own HTTP/2 handling serves it, with its own header limits.
+        if stream.selected_alpn_proto() == Some(pingora_core::protocols::ALPN::H2) {
+            return ServerApp::process_new(&self.inner, stream, shutdown).await;
+        }
         let mut settings = None;
         let mut fresh = true;
         // Bytes received after the previous request: the start of a pipelined next one.
@@ -168,17 +173,26 @@ async fn read_head(
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) -> Head {
     let mut buf = carried;
-    buf.reserve(4096);
     if !fresh && buf.is_empty() {
+        // An idle keep-alive connection holds no read buffer: the wait for the next request
+        // is a one-byte peek, and the buffer is taken once bytes are there.
+        let mut peeked = [0u8; 1];
         let first = tokio::select! {
             biased;
-            r = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)) => r,
+            r = tokio::time::timeout(KEEPALIVE_IDLE, stream.try_peek(&mut peeked)) => r,
             _ = closing.wait_for(|c| *c) => return Head::Gone,
         };
+        if !matches!(first, Ok(Ok(_))) {
+            return Head::Gone;
+        }
+        buf.reserve(4096);
+        let first = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)).await;
         match first {
             Ok(Ok(n)) if n > 0 => {}
             _ => return Head::Gone,
         }
+    } else {
+        buf.reserve(4096);
     }
     let deadline = Instant::now() + timeout;
     loop {

@@ -1,5 +1,5 @@
 //! The Pingora request path. Each hook hands off to the rooms owning its concerns
-//! (`request_filter` calls three in turn: admin, admission, forward), so this impl reads as the
+//! (`request_filter` calls them in turn: the client gate, admin, admission, forward), so this impl reads as the
 //! request's table of contents. Routed requests are forwarded from `request_filter`; the
 //! functions standing in for the phases after it carry the phases' names
 //! (`admission::upstream_peer`, `upstream_request::upstream_request_filter`,
@@ -7,11 +7,14 @@
 //! `forward::error_while_proxy`): the map is in `docs/architecture.md`.
 
 pub mod admission;
+mod client_gate;
 mod client_watch;
 pub mod ctx;
 mod fail_to_proxy;
 mod forward;
 pub mod header_guard;
+mod held_answer;
+pub mod held_object;
 pub mod outcome;
 mod overhead;
 mod quota;
@@ -53,7 +56,13 @@ impl ProxyHttp for Sturnus {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         ctx.identify(session.req_header());
         header_guard::close_after_unsized_body(session);
+        if client_gate::authenticate(session, &self.app, ctx).await? {
+            return Ok(true);
+        }
         if admin::serve(session, &self.app, &ctx.request_id).await? {
+            return Ok(true);
+        }
+        if client_gate::limit(session, &self.app, ctx).await? {
             return Ok(true);
         }
         if let Admission::Forward { body, peer } = admission::admit(session, &self.app, ctx).await?

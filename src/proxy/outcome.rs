@@ -209,8 +209,14 @@ pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, ap
             .or(ctx.status)
     };
     let route = ctx.route.as_ref();
+    if let Some(client) = &ctx.client {
+        app.metrics
+            .clients
+            .answered(&client.name, status.unwrap_or(0));
+    }
     let verdict = match (failure, status) {
         _ if client_closed => Verdict::ClientClosed,
+        _ if ctx.refusal.is_some() => Verdict::ClientError,
         (Some(_), _) => Verdict::Failure,
         _ if error.is_some_and(|e| e.esource() == &ErrorSource::Downstream) => Verdict::ClientError,
         (None, Some(status)) => verdict_of(status),
@@ -220,7 +226,7 @@ pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, ap
     let error_kind = if client_closed {
         Some(crate::observe::metrics::CLIENT_CLOSED)
     } else {
-        failure.map(ErrorKind::as_str)
+        failure.map(ErrorKind::as_str).or(ctx.refusal)
     };
     let trace_id = ctx.trace.trace_id_hex();
     let span_id = ctx.trace.span_id_hex();
@@ -232,10 +238,12 @@ pub fn finish(session: &Session, ctx: &mut RequestCtx, error: Option<&Error>, ap
         parent_span_id: parent_span_id.as_deref(),
         method: header.method.as_str(),
         path: header.uri.path(),
+        client: ctx.client.as_deref().map(|c| &*c.name),
         alias: route.map(|r| r.alias.as_str()),
         provider: route.map(|r| r.candidate.provider.name.as_str()),
         model: route.map(|r| r.candidate.model.as_str()),
         stream: route.map(|r| r.mode == crate::routing::Mode::Streaming),
+        route: route.map(|r| r.reason.as_str()),
         status,
         outcome: verdict,
         error_kind,

@@ -16,11 +16,15 @@ pub struct ChartError {
 }
 
 /// Line colours of the providers, in order.
-const COLOURS: [RGBColor; 4] = [
+const COLOURS: [RGBColor; super::scenario_file::MAX_PROVIDERS] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
 ];
 
 /// Size of one panel in pixels.

@@ -124,6 +124,8 @@ struct Run<'a> {
     queue: EventQueue<Event>,
     providers: Providers,
     sidecars: Vec<Sidecar>,
+    /// Each sidecar's interval between two requests.
+    periods: Vec<Micros>,
     live: Vec<Live>,
     /// The clients' conversations: one pool per sidecar when they are sticky, else one for
     /// the fleet (empty without conversations).
@@ -147,12 +149,13 @@ pub fn run(scenario: &Scenario, contender: Contender, seed: u64) -> RunLog {
                 client: SplitMix64::new(derive(seed, 1_000_000 + s as u64)),
             })
             .collect(),
+        periods: scenario.periods(),
         live: Vec::new(),
         talks: talks(scenario, seed),
         log: RunLog::default(),
     };
     for s in 0..scenario.sidecars {
-        let offset = phase_rng.next_u64() % scenario.period.max(1);
+        let offset = phase_rng.next_u64() % run.periods[s];
         run.queue.schedule(offset, Event::Arrive(s as u32));
     }
     while let Some((now, event)) = run.queue.pop() {
@@ -194,7 +197,7 @@ impl Run<'_> {
             return;
         }
         self.queue
-            .schedule(now + self.scenario.period, Event::Arrive(s));
+            .schedule(now + self.periods[s as usize], Event::Arrive(s));
         let request = self.log.requests.len();
         let turn = self.talk_of(s).map(Talk::next_turn);
         self.log.requests.push(RequestLog {
@@ -285,7 +288,7 @@ impl Run<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::clock::SEC;
-    use super::super::scenario::{contenders, scenario, Size};
+    use super::super::scenario::{contenders, scenario, Group, Size};
     use super::super::sturnus::Variant;
     use super::*;
 
@@ -302,6 +305,26 @@ mod tests {
         assert!(a.requests.iter().all(|r| r.attempts >= 1 && r.latency > 0));
         let attempts: usize = a.requests.iter().map(|r| r.attempts as usize).sum();
         assert_eq!(attempts, a.attempts.len());
+    }
+
+    #[test]
+    fn each_group_sends_at_its_own_rate() {
+        let mut sc = scenario("step", Size::Quick).unwrap_or_else(|| unreachable!());
+        sc.groups = vec![
+            Group {
+                sidecars: 1,
+                period: 10 * MS,
+            },
+            Group {
+                sidecars: 2,
+                period: 100 * MS,
+            },
+        ];
+        sc.sidecars = 3;
+        sc.duration = 10 * SEC;
+        let log = run(&sc, Contender::RoundRobin, 1);
+        let sent = |s: u32| log.requests.iter().filter(|r| r.sidecar == s).count();
+        assert_eq!((sent(0), sent(1), sent(2)), (1000, 100, 100));
     }
 
     #[test]

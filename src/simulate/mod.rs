@@ -9,16 +9,21 @@
 //! - [`clock`]: virtual time and the event queue.
 //! - [`provider`] / [`queueing`]: provider models (latency jitter, incidents, capacity).
 //! - [`conversations`]: multi-turn conversations and the providers' prompt caches.
-//! - [`strategy`] / [`sturnus`]: the contenders.
+//! - [`strategy`] / [`peers`] / [`sturnus`]: the contenders.
 //! - [`scenario`]: scenarios, targets and contenders; [`scenario_file`]: their TOML schema.
 //! - [`engine`]: the event loop with client retries.
+//! - [`family`]: the scenario family and the fleet-size sweep; [`family_report`]: their
+//!   judge.
 //! - [`metrics`], [`report`], [`chart`]: figures, tables and SVG charts.
 
 pub mod chart;
 pub mod clock;
 pub mod conversations;
 pub mod engine;
+pub mod family;
+pub mod family_report;
 pub mod metrics;
+pub mod peers;
 pub mod provider;
 pub mod queueing;
 pub mod report;
@@ -58,6 +63,9 @@ pub enum SimulateError {
         /// Why it cannot be written.
         source: std::io::Error,
     },
+    /// A drawn family instance or sweep scenario is not a valid scenario (a bug in the draw).
+    #[error("drawn scenario: {0}")]
+    Drawn(#[from] scenario_file::ScenarioError),
     /// A chart cannot be drawn under `--out`.
     #[error(transparent)]
     Chart(#[from] chart::ChartError),
@@ -89,6 +97,17 @@ pub struct SimulateArgs {
     /// Exit with status 2 when a target is missed.
     #[arg(long)]
     pub check: bool,
+    /// Run N seeded instances of the scenario family (drawn from --seed) instead of the
+    /// built-in scenarios, and report each strategy over the family.
+    #[arg(long, value_name = "N", conflicts_with_all = ["scenarios", "scenario_files"])]
+    pub family: Option<usize>,
+    /// Write each family instance as a scenario file (`<name>.toml`) into this directory.
+    #[arg(long, value_name = "DIR", requires = "family")]
+    pub family_out: Option<PathBuf>,
+    /// Run the fleet-size sweep (the herd's providers at 250 requests/s over 1 to 200
+    /// proxies) instead of the built-in scenarios.
+    #[arg(long, conflicts_with_all = ["family", "scenarios", "scenario_files"])]
+    pub sweep: bool,
     /// Run the "sturnus" contender with this exploit_k instead of the default (what-ifs).
     #[arg(long, value_name = "K")]
     pub exploit_k: Option<f64>,
@@ -220,7 +239,7 @@ pub struct ScenarioRun {
 
 /// Runs `f` over `jobs` on all cores; results come back in job order (so threads never change
 /// the figures).
-fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> {
+pub(crate) fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(jobs.len().max(1));
@@ -251,29 +270,58 @@ fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> 
 /// `sturnus simulate`: runs, prints the table (or JSON), writes charts; returns the exit code.
 pub fn main(args: &SimulateArgs) -> i32 {
     let size = if args.quick { Size::Quick } else { Size::Full };
+    if let Some(n) = args.family {
+        return family_main(args, n, size);
+    }
     let run = args.variant().map_err(SimulateError::from).and_then(|v| {
-        let scenarios = select(&args.scenarios, &args.scenario_files, size)?;
+        let scenarios = if args.sweep {
+            family::sweep(size)?
+        } else {
+            select(&args.scenarios, &args.scenario_files, size)?
+        };
         Ok(simulate(args.seed, &scenarios, size, v))
     });
     let (report, runs) = match run {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
+        Err(e) => return fail(e),
+    };
+    let markdown = if args.sweep {
+        family_report::sweep_markdown(&report) + "\n" + &report::markdown(&report)
+    } else {
+        report::markdown(&report)
+    };
+    let write = |dir: &std::path::Path, markdown: &str, json: &str| {
+        if args.sweep {
+            write_files(dir, &[("sweep.md", markdown), ("sweep.json", json)])
+        } else {
+            write_out(dir, markdown, json, &runs)
         }
     };
-    let markdown = report::markdown(&report);
-    let json = match serde_json::to_string_pretty(&report) {
+    finish(args, &markdown, &report, write, report.all_pass())
+}
+
+/// Reports why `sturnus simulate` cannot go on; exit code 1.
+fn fail(e: impl std::fmt::Display) -> i32 {
+    eprintln!("sturnus simulate: {e}");
+    1
+}
+
+/// Prints `report` (JSON with `--json`, else `markdown`), has `write` put both under `--out`;
+/// returns the exit code (2 with `--check` when `pass` is false).
+fn finish(
+    args: &SimulateArgs,
+    markdown: &str,
+    report: &impl serde::Serialize,
+    write: impl FnOnce(&std::path::Path, &str, &str) -> Result<(), SimulateError>,
+    pass: bool,
+) -> i32 {
+    let json = match serde_json::to_string_pretty(report) {
         Ok(j) => j,
-        Err(e) => {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
-        }
+        Err(e) => return fail(e),
     };
     if let Some(dir) = &args.out {
-        if let Err(e) = write_out(dir, &markdown, &json, &runs) {
-            eprintln!("sturnus simulate: {e}");
-            return 1;
+        if let Err(e) = write(dir, markdown, &json) {
+            return fail(e);
         }
     }
     if args.json {
@@ -281,10 +329,57 @@ pub fn main(args: &SimulateArgs) -> i32 {
     } else {
         print!("{markdown}");
     }
-    if args.check && !report.all_pass() {
+    if args.check && !pass {
         return 2;
     }
     0
+}
+
+/// `sturnus simulate --family N`: draws, runs and judges the family; returns the exit code.
+fn family_main(args: &SimulateArgs, n: usize, size: Size) -> i32 {
+    let run = args.variant().map_err(SimulateError::from).and_then(|v| {
+        let instances = family::instances(args.seed, n, family::FamilySize::of(size))?;
+        if let Some(dir) = &args.family_out {
+            let files: Vec<(String, &str)> = instances
+                .iter()
+                .map(|i| (format!("{}.toml", i.scenario.name), i.text.as_str()))
+                .collect();
+            let named: Vec<(&str, &str)> = files.iter().map(|(f, t)| (f.as_str(), *t)).collect();
+            write_files(dir, &named)?;
+        }
+        Ok(family_report::run(args.seed, &instances, size, v))
+    });
+    let report = match run {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    if args.check {
+        for t in report.targets.iter().filter(|t| !t.pass) {
+            eprintln!(
+                "sturnus simulate: family target missed: {} ({})",
+                t.what, t.value
+            );
+        }
+    }
+    let write = |dir: &std::path::Path, markdown: &str, json: &str| {
+        write_files(dir, &[("family.md", markdown), ("family.json", json)])
+    };
+    let markdown = family_report::markdown(&report);
+    finish(args, &markdown, &report, write, report.all_pass())
+}
+
+/// Writes each `(file name, text)` into `dir`, creating it.
+fn write_files(dir: &std::path::Path, files: &[(&str, &str)]) -> Result<(), SimulateError> {
+    let failed = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        |source| SimulateError::Write { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(failed(dir))?;
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(failed(&path))?;
+    }
+    Ok(())
 }
 
 /// Writes results.md, results.json, one `<scenario>.svg` per scenario and `herd-zoom.svg`
@@ -295,17 +390,7 @@ fn write_out(
     json: &str,
     runs: &[ScenarioRun],
 ) -> Result<(), SimulateError> {
-    let failed = |path: &std::path::Path| {
-        let path = path.to_path_buf();
-        |source| SimulateError::Write { path, source }
-    };
-    std::fs::create_dir_all(dir).map_err(failed(dir))?;
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).map_err(failed(&path))
-    };
-    write("results.md", markdown)?;
-    write("results.json", json)?;
+    write_files(dir, &[("results.md", markdown), ("results.json", json)])?;
     for run in runs {
         let path = dir.join(format!("{}.svg", run.scenario.name));
         chart::share_chart(&path, &run.scenario, "traffic share over time", &run.series)?;
@@ -366,6 +451,14 @@ mod tests {
             && v.params.ewma_alpha == 0.3
             && !v.wait_age
             && v.retry_after));
+        for clash in [
+            &["x", "--family", "3", "--scenario", "herd"][..],
+            &["x", "--sweep", "--family", "3"],
+            &["x", "--sweep", "--scenario-file", "f.toml"],
+            &["x", "--family-out", "d"],
+        ] {
+            assert!(Cli::try_parse_from(clash).is_err(), "{clash:?}");
+        }
         let bad = Cli::parse_from(["x", "--ewma-alpha", "0"]);
         assert!(bad
             .args

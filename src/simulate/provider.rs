@@ -150,6 +150,20 @@ impl ProviderSpec {
     }
 }
 
+impl ProviderSpec {
+    /// Expected extra time per request sent at `t` from its failed attempts (the error and the
+    /// client's wait before retrying), in µs: what a flaky phase adds to a request's cost.
+    pub fn failure_penalty_us_at(&self, t: Micros) -> f64 {
+        match self.behaviour_at(t) {
+            Behaviour::Flaky { fail, .. } if fail < 1.0 => {
+                fail / (1.0 - fail) * (ERROR_MS * MS as f64 + RETRY_WAIT_US)
+            }
+            Behaviour::Flaky { .. } => f64::INFINITY,
+            _ => 0.0,
+        }
+    }
+}
+
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {

@@ -103,66 +103,143 @@ pub fn mmc_latency(c: u32, rate: f64, service: f64) -> f64 {
     erlang_c(c, a) * service / (f64::from(c) - a) + service
 }
 
-/// Mean latency of a provider `(servers, mean service µs)` receiving `rate` requests per µs:
-/// M/M/c for a capacity-limited one, the service time for an unlimited one (`None`).
-fn provider_latency(servers: Option<u32>, service: f64, rate: f64) -> f64 {
-    match servers {
-        Some(c) => mmc_latency(c, rate, service),
-        None => service,
+/// One provider as the herd oracle's split sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SplitProvider {
+    /// Parallel servers; `None` for unlimited capacity.
+    pub servers: Option<u32>,
+    /// Mean service time of an answer in µs (infinite while it fails everything).
+    pub service: f64,
+    /// Expected extra time per request routed here from failed attempts (the error and the
+    /// client's wait before retrying), in µs.
+    pub penalty: f64,
+}
+
+impl SplitProvider {
+    /// A provider without failures.
+    pub fn new(servers: Option<u32>, service: f64) -> Self {
+        Self {
+            servers,
+            service,
+            penalty: 0.0,
+        }
+    }
+
+    /// Mean latency (plus failure penalty) at `rate` requests per µs.
+    fn latency(&self, rate: f64) -> f64 {
+        let l = match self.servers {
+            Some(c) => mmc_latency(c, rate, self.service),
+            None => self.service,
+        };
+        l + self.penalty
+    }
+
+    /// Largest share of `rate` it can take and stay stable (1 or more: no limit).
+    fn stable_share(&self, rate: f64) -> f64 {
+        match self.servers {
+            Some(c) if self.service.is_finite() => f64::from(c) / (rate * self.service),
+            Some(_) => 0.0,
+            None => f64::INFINITY,
+        }
+    }
+
+    /// Marginal cost of share `x` of `rate`: d/dx of x × latency(x × rate).
+    fn marginal(&self, x: f64, rate: f64) -> f64 {
+        let h = 1e-7;
+        let cost = |x: f64| x * self.latency(x * rate);
+        (cost(x + h) - cost(x)) / h
+    }
+
+    /// The share at which the marginal cost reaches `level` (0 when it starts above it),
+    /// capped just under the stability limit and at 1.
+    fn share_at(&self, level: f64, rate: f64) -> f64 {
+        let top = self.stable_share(rate).min(1.0) * (1.0 - 1e-9);
+        if !self.service.is_finite() || top <= 0.0 || self.marginal(0.0, rate) >= level {
+            return 0.0;
+        }
+        if self.marginal(top, rate) <= level {
+            return top;
+        }
+        let (mut lo, mut hi) = (0.0, top);
+        for _ in 0..50 {
+            let mid = (lo + hi) / 2.0;
+            if self.marginal(mid, rate) <= level {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 }
 
-/// The static traffic split (in steps of 1%) minimising mean latency over providers
-/// `(servers or unlimited, mean service µs)` at a total `rate` per µs: the herd's oracle. The
-/// optimum routes by these shares at random, which is as good as any fixed policy can be. A
-/// provider with an infinite service time (failing everything) gets nothing.
-pub fn optimal_split(providers: &[(Option<u32>, f64)], rate: f64) -> Vec<f64> {
-    const STEPS: usize = 100;
-    fn search(
-        providers: &[(Option<u32>, f64)],
-        rate: f64,
-        left: usize,
-        prefix: &mut Vec<usize>,
-        best: &mut (f64, Vec<usize>),
-    ) {
-        let i = prefix.len();
-        if i + 1 == providers.len() {
-            prefix.push(left);
-            let cost: f64 = prefix
-                .iter()
-                .zip(providers)
-                .map(|(&x, &(c, s))| {
-                    let share = x as f64 / STEPS as f64;
-                    if x == 0 {
-                        0.0
-                    } else {
-                        share * provider_latency(c, s, share * rate)
-                    }
-                })
-                .sum();
-            if cost < best.0 {
-                *best = (cost, prefix.clone());
-            }
-            prefix.pop();
-            return;
-        }
-        for x in 0..=left {
-            prefix.push(x);
-            search(providers, rate, left - x, prefix, best);
-            prefix.pop();
-        }
-    }
-    if providers.is_empty() {
+/// The static traffic split minimising mean latency over `providers` at a total `rate` per
+/// µs: the herd's oracle. Mean latency of independent queues is convex in the split, so the
+/// optimum equalises marginal costs (water-filling): a bisection on the common marginal cost,
+/// each provider's share found by its own bisection. Unlimited providers have a constant
+/// marginal cost (their service time), so the fastest of them takes whatever the
+/// capacity-limited ones cheaper than it leave. The optimum routes by these shares at random,
+/// as good as any fixed policy can be. A provider failing everything gets nothing; when
+/// nothing can carry the load, shares follow capacity.
+pub fn optimal_split(providers: &[SplitProvider], rate: f64) -> Vec<f64> {
+    let n = providers.len();
+    if n == 0 {
         return Vec::new();
     }
-    let mut best = (f64::INFINITY, vec![0; providers.len()]);
-    search(providers, rate, STEPS, &mut Vec::new(), &mut best);
-    if !best.0.is_finite() {
-        // Nothing can carry the load: the split that keeps the most providers stable.
-        let n = providers.len() as f64;
-        return vec![1.0 / n; providers.len()];
+    let shares_at = |level: f64| -> Vec<f64> {
+        providers
+            .iter()
+            .map(|p| match p.servers {
+                None => 0.0,
+                Some(_) => p.share_at(level, rate),
+            })
+            .collect()
+    };
+    // The cheapest unlimited provider caps the level.
+    let unlimited = providers
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.servers.is_none() && p.service.is_finite())
+        .map(|(i, p)| (i, p.service + p.penalty))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((i, cap)) = unlimited {
+        let mut shares = shares_at(cap);
+        let taken: f64 = shares.iter().sum();
+        if taken <= 1.0 {
+            shares[i] = 1.0 - taken;
+            return shares;
+        }
+    } else {
+        let room: f64 = providers.iter().map(|p| p.stable_share(rate)).sum();
+        if room <= 0.0 {
+            return vec![1.0 / n as f64; n];
+        }
+        if room <= 1.0 {
+            return providers
+                .iter()
+                .map(|p| p.stable_share(rate) / room)
+                .collect();
+        }
     }
-    best.1.iter().map(|&x| x as f64 / STEPS as f64).collect()
+    // Limited providers alone carry it: find the level where shares sum to 1.
+    let (mut lo, mut hi) = (0.0, 1.0);
+    while shares_at(hi).iter().sum::<f64>() < 1.0 && hi < 1e15 {
+        hi *= 2.0;
+    }
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if shares_at(mid).iter().sum::<f64>() < 1.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let shares = shares_at(hi);
+    let sum: f64 = shares.iter().sum();
+    shares
+        .iter()
+        .map(|x| x / sum.max(f64::MIN_POSITIVE))
+        .collect()
 }
 
 #[cfg(test)]
@@ -182,20 +259,97 @@ mod tests {
 
     #[test]
     fn optimal_split_prefers_fast_until_it_queues() {
+        let p = SplitProvider::new;
         // Equal providers: an even split.
-        let even = optimal_split(&[(Some(10), 100.0), (Some(10), 100.0)], 0.1);
-        assert_eq!(even, vec![0.5, 0.5]);
+        let even = optimal_split(&[p(Some(10), 100.0), p(Some(10), 100.0)], 0.1);
+        assert!(
+            (even[0] - 0.5).abs() < 1e-6 && (even[1] - 0.5).abs() < 1e-6,
+            "{even:?}"
+        );
         // A fast and a slow provider: most to the fast one, but not all.
         // 0.12 per µs x 100 µs = 12 busy servers' worth: more than the fast one has.
-        let s = optimal_split(&[(Some(10), 100.0), (Some(10), 300.0)], 0.12);
+        let s = optimal_split(&[p(Some(10), 100.0), p(Some(10), 300.0)], 0.12);
         assert!(s[0] > 0.6 && s[0] < 1.0, "{s:?}");
         assert!((s.iter().sum::<f64>() - 1.0).abs() < 1e-9);
         // An unlimited provider takes the overflow of a limited faster one; a dead one nothing.
         let s = optimal_split(
-            &[(Some(10), 100.0), (None, 300.0), (None, f64::INFINITY)],
+            &[p(Some(10), 100.0), p(None, 300.0), p(None, f64::INFINITY)],
             0.12,
         );
         assert!(s[0] > 0.5 && s[0] < 0.84 && s[2] == 0.0, "{s:?}");
+        // A failure penalty moves traffic away.
+        let flaky = SplitProvider {
+            penalty: 200.0,
+            ..p(Some(10), 100.0)
+        };
+        let t = optimal_split(&[flaky, p(None, 300.0)], 0.12);
+        assert!(t[0] < s[0], "{t:?} vs {s:?}");
+    }
+
+    /// Mean latency of routing by `shares` at `rate`.
+    fn cost(providers: &[SplitProvider], shares: &[f64], rate: f64) -> f64 {
+        shares
+            .iter()
+            .zip(providers)
+            .map(|(&x, p)| {
+                if x == 0.0 {
+                    0.0
+                } else {
+                    x * p.latency(x * rate)
+                }
+            })
+            .sum()
+    }
+
+    /// The brute-force optimum over 1% steps, for comparison.
+    fn grid_split(providers: &[SplitProvider], rate: f64) -> f64 {
+        let cost = |x: &[f64]| cost(providers, x, rate);
+        let mut best = f64::INFINITY;
+        for a in 0..=100 {
+            for b in 0..=(100 - a) {
+                let x = [
+                    a as f64 / 100.0,
+                    b as f64 / 100.0,
+                    (100 - a - b) as f64 / 100.0,
+                ];
+                best = best.min(cost(&x));
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn water_filling_matches_the_grid_and_scales_to_eight() {
+        let p = SplitProvider::new;
+        // The herd: 25, 35, 60 servers; 200, 350, 600 ms; 250 requests/s.
+        let herd = [
+            p(Some(25), 207_000.0),
+            p(Some(35), 362_000.0),
+            p(Some(60), 620_000.0),
+        ];
+        let rate = 250.0 / 1e6;
+        let x = optimal_split(&herd, rate);
+        let water = cost(&herd, &x, rate);
+        assert!(water <= grid_split(&herd, rate) * 1.0001, "{x:?}");
+        let mixed = [
+            p(Some(25), 207_000.0),
+            p(None, 500_000.0),
+            p(Some(60), 620_000.0),
+        ];
+        let x = optimal_split(&mixed, rate);
+        assert!(
+            cost(&mixed, &x, rate) <= grid_split(&mixed, rate) * 1.0001,
+            "{x:?}"
+        );
+        let eight: Vec<SplitProvider> = (0..8)
+            .map(|i| p(Some(10 + 5 * i), 100_000.0 * f64::from(i + 1)))
+            .collect();
+        let x = optimal_split(&eight, 400.0 / 1e6);
+        assert!((x.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{x:?}");
+        assert!(x[0] > x[7], "{x:?}");
+        // Overloaded: shares follow capacity.
+        let x = optimal_split(&[p(Some(1), 1000.0), p(Some(3), 1000.0)], 1.0);
+        assert!((x[1] - 0.75).abs() < 1e-9, "{x:?}");
     }
 
     #[test]

@@ -9,8 +9,9 @@
 
 use super::clock::Micros;
 use super::conversations::ConversationSpec;
+use super::peers::LoadAware;
 use super::provider::ProviderSpec;
-use super::queueing::optimal_split;
+use super::queueing::{optimal_split, SplitProvider};
 use super::scenario_file;
 use super::strategy::{LowestAverage, Oracle, PowerOfTwo, RoundRobin, Strategy, Uniform};
 use super::sturnus::{Sturnus, Variant};
@@ -83,10 +84,13 @@ pub struct Scenario {
     pub title: String,
     /// Modelled providers with their timelines.
     pub providers: Vec<ProviderSpec>,
-    /// Number of sidecars.
+    /// Number of sidecars (all groups).
     pub sidecars: usize,
-    /// Interval between two requests of one sidecar.
+    /// Interval between two requests of a sidecar of the first group.
     pub period: Micros,
+    /// The fleet in order: groups of sidecars sending at their own period (sidecar 0 is the
+    /// first group's first).
+    pub groups: Vec<Group>,
     /// Requests arrive during `[0, duration)`.
     pub duration: Micros,
     /// What goes wrong, if the figures follow one provider's incident.
@@ -100,6 +104,33 @@ pub struct Scenario {
     pub conversations: Option<ConversationSpec>,
     /// What sturnus must achieve here.
     pub targets: Targets,
+}
+
+/// Sidecars that send one request every `period`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Group {
+    /// How many.
+    pub sidecars: usize,
+    /// Interval between two requests of one of them.
+    pub period: Micros,
+}
+
+impl Scenario {
+    /// Each sidecar's interval between two requests, in sidecar order.
+    pub fn periods(&self) -> Vec<Micros> {
+        let mut out: Vec<Micros> = self
+            .groups
+            .iter()
+            .flat_map(|g| std::iter::repeat_n(g.period.max(1), g.sidecars))
+            .collect();
+        out.resize(self.sidecars, self.period.max(1));
+        out
+    }
+
+    /// Requests per µs the whole fleet sends.
+    pub fn offered_rate(&self) -> f64 {
+        self.periods().iter().map(|&p| 1.0 / p as f64).sum()
+    }
 }
 
 /// How big a run is.
@@ -198,6 +229,10 @@ pub enum Contender {
     LowestAverage,
     /// Power of two choices with peak EWMA.
     PowerOfTwo,
+    /// Fewest attempts in flight, ties by latency.
+    LeastOutstanding,
+    /// Latency EWMA inflated by the attempts in flight, lowest wins.
+    PendingPenalty,
 }
 
 impl Contender {
@@ -210,6 +245,8 @@ impl Contender {
             Contender::Random => "random",
             Contender::LowestAverage => "lowest-avg-10",
             Contender::PowerOfTwo => "p2c-peak-ewma",
+            Contender::LeastOutstanding => "least-outstanding",
+            Contender::PendingPenalty => "pending-penalty",
         }
     }
 
@@ -230,6 +267,8 @@ impl Contender {
                 Contender::Random => Box::new(Uniform::new(n)),
                 Contender::LowestAverage => Box::new(LowestAverage::new(n)),
                 Contender::PowerOfTwo => Box::new(PowerOfTwo::new(n)),
+                Contender::LeastOutstanding => Box::new(LoadAware::least_outstanding(n)),
+                Contender::PendingPenalty => Box::new(LoadAware::pending_penalty(n)),
             }
         }
     }
@@ -247,16 +286,27 @@ pub fn herd_split(scenario: &Scenario) -> Vec<(Micros, Vec<f64>)> {
     changes.push(0);
     changes.sort_unstable();
     changes.dedup();
-    let rate = scenario.sidecars as f64 / scenario.period.max(1) as f64;
+    let rate = scenario.offered_rate();
+    // Timelines that come back to an earlier state (flapping, tenants) reuse its split.
+    let mut known: Vec<(Vec<SplitProvider>, Vec<f64>)> = Vec::new();
     changes
         .into_iter()
         .map(|t| {
-            let providers: Vec<(Option<u32>, f64)> = scenario
+            let providers: Vec<SplitProvider> = scenario
                 .providers
                 .iter()
-                .map(|p| (p.servers_at(t), p.service_us_at(t)))
+                .map(|p| SplitProvider {
+                    servers: p.servers_at(t),
+                    service: p.service_us_at(t),
+                    penalty: p.failure_penalty_us_at(t),
+                })
                 .collect();
-            (t, optimal_split(&providers, rate))
+            if let Some((_, split)) = known.iter().find(|(p, _)| *p == providers) {
+                return (t, split.clone());
+            }
+            let split = optimal_split(&providers, rate);
+            known.push((providers, split.clone()));
+            (t, split)
         })
         .collect()
 }
@@ -299,6 +349,8 @@ pub fn contenders(current: Variant) -> Vec<Contender> {
         Contender::Random,
         Contender::LowestAverage,
         Contender::PowerOfTwo,
+        Contender::LeastOutstanding,
+        Contender::PendingPenalty,
     ]
 }
 

@@ -7,12 +7,12 @@
 use super::clock::{Micros, SEC};
 use super::conversations::ConversationSpec;
 use super::provider::{Behaviour, Phase, ProviderSpec, QuotaSpec};
-use super::scenario::{Incident, Scenario, Size, Targets};
+use super::scenario::{Group, Incident, Scenario, Size, Targets};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-/// Most providers a scenario may have (the charts' colours, the oracle's search).
-pub const MAX_PROVIDERS: usize = 4;
+/// Most providers a scenario may have (the charts' colours).
+pub const MAX_PROVIDERS: usize = 8;
 
 /// Most sidecars a scenario may have.
 pub const MAX_SIDECARS: usize = 10_000;
@@ -26,9 +26,13 @@ pub const MAX_DURATION_S: f64 = 86_400.0;
 struct File {
     name: String,
     title: String,
-    sidecars: usize,
+    /// Sidecars all sending at `rate` (absent when `group` lists the fleet).
+    sidecars: Option<usize>,
     /// Requests per second of one sidecar.
-    rate: f64,
+    rate: Option<f64>,
+    /// The fleet as groups of sidecars with their own rates (instead of `sidecars`/`rate`).
+    #[serde(default)]
+    group: Vec<GroupFile>,
     duration_s: f64,
     focus_s: [f64; 2],
     figures: FigureKind,
@@ -48,6 +52,15 @@ enum FigureKind {
     Incident,
     /// Herd figures: share standard deviations; the oracle uses the optimal split.
     Herd,
+}
+
+/// Sidecars sending at one rate.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupFile {
+    sidecars: usize,
+    /// Requests per second of each sidecar of the group.
+    rate: f64,
 }
 
 /// Requests are turns of conversations; providers cache prompt prefixes.
@@ -214,6 +227,7 @@ fn build(f: File, size: Size) -> Result<Scenario, ScenarioError> {
         Size::Full => Quick::default(),
         Size::Quick => f.quick.unwrap_or_default(),
     };
+    let groups = fleet(&f.group, f.sidecars, f.rate, quick.sidecars)?;
     let targets = quick.targets.take().unwrap_or(f.targets);
     let shift = quick.shift_s.unwrap_or(0.0);
     // A time of the timeline, moved by the quick shift (0 stays 0).
@@ -228,23 +242,14 @@ fn build(f: File, size: Size) -> Result<Scenario, ScenarioError> {
         secs(field, moved)
     };
     check(!f.name.is_empty(), || invalid("name", "must not be empty"))?;
-    let sidecars = quick.sidecars.unwrap_or(f.sidecars);
-    check((1..=MAX_SIDECARS).contains(&sidecars), || {
+    let sidecars = groups.iter().map(|g| g.sidecars).sum::<usize>();
+    check(sidecars <= MAX_SIDECARS, || {
         invalid(
-            "sidecars",
-            format!("{sidecars} is out of range (1 to {MAX_SIDECARS})"),
+            "group",
+            format!("{sidecars} sidecars in all is over {MAX_SIDECARS}"),
         )
     })?;
-    check(
-        f.rate.is_finite() && f.rate > 0.0 && f.rate <= 1000.0,
-        || {
-            invalid(
-                "rate",
-                format!("{} is out of range (> 0 and <= 1000 per second)", f.rate),
-            )
-        },
-    )?;
-    let period = ((SEC as f64 / f.rate).round() as Micros).max(1);
+    let period = groups[0].period;
     let duration = secs("duration_s", quick.duration_s.unwrap_or(f.duration_s))?;
     check(duration > 0, || invalid("duration_s", "must be > 0"))?;
     let focus = match quick.focus_s {
@@ -307,9 +312,6 @@ fn build(f: File, size: Size) -> Result<Scenario, ScenarioError> {
     };
     let conversations = f.conversations.as_ref().map(conversations).transpose()?;
     let herd = f.figures == FigureKind::Herd;
-    check(herd || f.incident.is_some(), || {
-        invalid("incident", "required when figures = \"incident\"")
-    })?;
     check(
         herd == providers.iter().any(|p| p.servers.is_some()),
         || {
@@ -325,6 +327,7 @@ fn build(f: File, size: Size) -> Result<Scenario, ScenarioError> {
         providers,
         sidecars,
         period,
+        groups,
         duration,
         incident,
         focus,
@@ -332,6 +335,61 @@ fn build(f: File, size: Size) -> Result<Scenario, ScenarioError> {
         conversations,
         targets,
     })
+}
+
+/// A sidecar count in range, or the error naming `field`.
+fn sidecar_count(field: &str, n: usize) -> Result<usize, ScenarioError> {
+    check((1..=MAX_SIDECARS).contains(&n), || {
+        invalid(field, format!("{n} is out of range (1 to {MAX_SIDECARS})"))
+    })?;
+    Ok(n)
+}
+
+/// Interval between two requests at `rate` per second, the rate checked to be in range.
+fn rate_period(field: &str, rate: f64) -> Result<Micros, ScenarioError> {
+    check(rate.is_finite() && rate > 0.0 && rate <= 1000.0, || {
+        invalid(
+            field,
+            format!("{rate} is out of range (> 0 and <= 1000 per second)"),
+        )
+    })?;
+    Ok(((SEC as f64 / rate).round() as Micros).max(1))
+}
+
+/// The fleet: one group from `sidecars` and `rate` (`quick_sidecars` replacing the count), or
+/// the file's `group` list; exactly one of the two forms.
+fn fleet(
+    group: &[GroupFile],
+    sidecars: Option<usize>,
+    rate: Option<f64>,
+    quick_sidecars: Option<usize>,
+) -> Result<Vec<Group>, ScenarioError> {
+    if group.is_empty() {
+        let sidecars = quick_sidecars
+            .or(sidecars)
+            .ok_or_else(|| invalid("sidecars", "required (or a group list)"))?;
+        let rate = rate.ok_or_else(|| invalid("rate", "required (or a group list)"))?;
+        return Ok(vec![Group {
+            sidecars: sidecar_count("sidecars", sidecars)?,
+            period: rate_period("rate", rate)?,
+        }]);
+    }
+    check(sidecars.is_none() && rate.is_none(), || {
+        invalid("group", "replaces sidecars and rate: give one or the other")
+    })?;
+    check(quick_sidecars.is_none(), || {
+        invalid("quick.sidecars", "does not apply to a group list")
+    })?;
+    group
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            Ok(Group {
+                sidecars: sidecar_count(&format!("group[{i}].sidecars"), g.sidecars)?,
+                period: rate_period(&format!("group[{i}].rate"), g.rate)?,
+            })
+        })
+        .collect()
 }
 
 fn conversations(c: &ConversationsFile) -> Result<ConversationSpec, ScenarioError> {
@@ -642,6 +700,65 @@ jitter = 0.1
             s.providers[0].behaviour_at(12 * SEC),
             Behaviour::RateLimited { until: 20 * SEC }
         );
+    }
+
+    #[test]
+    fn a_group_list_gives_sidecars_their_own_rates() {
+        let text = MINIMAL.replace(
+            "sidecars = 2\nrate = 4\n",
+            "group = [{ sidecars = 1, rate = 40 }, { sidecars = 3, rate = 4 }]\n",
+        );
+        let s = parse(&text, Size::Full).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.sidecars, 4);
+        assert_eq!(s.period, 25 * MS);
+        assert_eq!(s.periods(), vec![25 * MS, 250 * MS, 250 * MS, 250 * MS]);
+        assert!((s.offered_rate() * SEC as f64 - 52.0).abs() < 1e-9);
+        // The one-rate form is one group.
+        let one = parse(MINIMAL, Size::Full).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(one.periods(), vec![250 * MS; 2]);
+        for (text, want) in [
+            (
+                text.replace("rate = 40", "rate = 0"),
+                "group[0].rate: 0 is out of range",
+            ),
+            (
+                MINIMAL.replace("sidecars = 2\n", "group = [{ sidecars = 1, rate = 4 }]\n"),
+                "group: replaces sidecars and rate",
+            ),
+            (MINIMAL.replace("sidecars = 2\n", ""), "sidecars: required"),
+            (text.clone(), "quick.sidecars: does not apply"),
+        ] {
+            let size = if want.starts_with("quick") {
+                Size::Quick
+            } else {
+                Size::Full
+            };
+            let e = parse(&text, size)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        }
+    }
+
+    #[test]
+    fn up_to_eight_providers_and_no_incident_needed() {
+        let mut text = MINIMAL
+            .replace(
+                r#"incident = { provider = "a", start_s = 10, end_s = 20 }"#,
+                "",
+            )
+            .to_string();
+        for i in 2..MAX_PROVIDERS {
+            text.push_str(&format!(
+                "\n[[provider]]\nname = \"x{i}\"\nmedian_ms = 100\n"
+            ));
+        }
+        let s = parse(&text, Size::Full).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((s.providers.len(), s.incident), (MAX_PROVIDERS, None));
+        text.push_str("\n[[provider]]\nname = \"one-too-many\"\nmedian_ms = 100\n");
+        let e = parse(&text, Size::Full).err().map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("between 1 and 8 providers")));
     }
 
     #[test]

@@ -284,7 +284,7 @@ fn argmin(values: impl Iterator<Item = f64>) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::provider::{ProviderSpec, Reply};
     use super::*;
 
@@ -299,7 +299,8 @@ mod tests {
         )
     }
 
-    fn ok(ms: u64) -> Response {
+    /// A success after `ms` milliseconds.
+    pub(in crate::simulate) fn ok(ms: u64) -> Response {
         Response {
             latency: ms * 1000,
             reply: Reply::Ok,

@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 use super::behaviour::Fault;
 use super::chunked::{ChunkedDecoder, ChunkedError};
 use super::http::{parse_head, BodyFraming, HeadError, Operation, RequestHead, MAX_BODY_BYTES};
+use super::kept::{Rendered, Reply};
 use super::quota::Verdict;
 use super::responses::{
     push_chat_body, push_completion_body, push_embedding_body, push_error_body, push_json_head,
@@ -20,6 +21,46 @@ use super::responses::{
 };
 use super::server::Shared;
 use super::stream::{push_http_chunk, StreamApi, StreamPlan};
+
+/// The renderings a new Responses API answer is kept with: its stream's events, and the
+/// response object completed (as the stream ends it when `streamed`), running and cancelled.
+fn render_kept(plan: &StreamPlan<'_>, streamed: bool) -> Rendered {
+    let events: Vec<Vec<u8>> = (0..plan.len())
+        .map(|i| {
+            let mut event = Vec::new();
+            plan.push_event(i, &mut event);
+            event
+        })
+        .collect();
+    let object = |status: &str, text: Option<&str>| {
+        let mut out = Vec::new();
+        push_response_object(&mut out, &plan.ctx, status, text);
+        out
+    };
+    let completed = match events.last().filter(|_| streamed) {
+        Some(last) => completed_of(last),
+        None => object("completed", Some(plan.ctx.content)),
+    };
+    Rendered {
+        completed,
+        running: object("in_progress", None),
+        cancelled: object("cancelled", None),
+        events,
+    }
+}
+
+/// The response object a `response.completed` event carries.
+fn completed_of(event: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(event);
+    let data = text
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(data)
+        .ok()
+        .and_then(|v| serde_json::to_vec(&v["response"]).ok())
+        .unwrap_or_default()
+}
 
 /// What `Fault::Garbage` writes.
 const GARBAGE: &[u8] = b"\x00\xffSIMULATED GARBAGE \x1b[0m not http at all\r\n\r\n\x7f";
@@ -283,6 +324,13 @@ impl Connection<'_> {
         if let Some(status) = behaviour.next_failure() {
             return self.send_error(status, "simulated failure", conn).await;
         }
+        if let Some(object) = &head.object {
+            let reply =
+                shared
+                    .kept
+                    .answer(&object.method, &object.id, &object.action, &object.query);
+            return self.send_reply(reply, conn).await;
+        }
         if head.operation == Operation::NotFound || !head.is_post {
             let target = head.target.as_deref().unwrap_or("?");
             let (status, message) = if head.operation == Operation::NotFound {
@@ -304,11 +352,26 @@ impl Connection<'_> {
             .as_deref()
             .or(head.deployment.as_deref())
             .unwrap_or("unknown");
+        let admitted = if head.operation == Operation::Responses {
+            let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            match shared.kept.admit(&request, n) {
+                Ok(admitted) => Some(admitted),
+                Err(refusal) => return self.send_reply(Reply::Json(400, refusal), conn).await,
+            }
+        } else {
+            None
+        };
+        let content = match &admitted {
+            Some(a) if a.turn > 1 => Cow::Owned(format!("{}, turn {}", shared.content, a.turn)),
+            _ => Cow::Borrowed(shared.content.as_str()),
+        };
+        let response_id = shared.kept.id(n);
         let ctx = Ctx {
+            response_id: &response_id,
             n,
             created: unix_now(),
             model,
-            content: &shared.content,
+            content: &content,
             prompt_tokens: (body.len() as u64 / 4).max(1),
             cached_tokens: behaviour.cached_tokens(),
         };
@@ -321,10 +384,34 @@ impl Connection<'_> {
             Operation::Chat => Some(StreamApi::Chat),
             Operation::Completions => Some(StreamApi::Completions),
             Operation::Responses => Some(StreamApi::Responses),
-            Operation::Embeddings | Operation::Health | Operation::NotFound => None,
+            Operation::Embeddings
+            | Operation::Health
+            | Operation::NotFound
+            | Operation::ResponseObject => None,
         };
+        let streamed = probe.stream == Some(true);
+        if let Some(admitted) = admitted {
+            let plan = StreamPlan {
+                api: StreamApi::Responses,
+                ctx,
+                chunks: behaviour.chunks(),
+                include_usage: false,
+            };
+            let background = admitted.background;
+            let rendered = render_kept(&plan, streamed);
+            if background && !streamed {
+                self.scratch.clear();
+                push_response_object(&mut self.scratch, &ctx, "queued", None);
+            } else if !streamed {
+                self.scratch.clone_from(&rendered.completed);
+            }
+            shared.kept.keep(response_id.clone(), admitted, rendered);
+            if !streamed {
+                return self.send_json_body(conn, pace, reset).await;
+            }
+        }
         match api {
-            Some(api) if probe.stream == Some(true) => {
+            Some(api) if streamed => {
                 let plan = StreamPlan {
                     api,
                     ctx,
@@ -349,9 +436,10 @@ impl Connection<'_> {
                         "completed",
                         Some(ctx.content),
                     ),
-                    Operation::Chat | Operation::Health | Operation::NotFound => {
-                        push_chat_body(&mut self.scratch, &ctx)
-                    }
+                    Operation::Chat
+                    | Operation::Health
+                    | Operation::NotFound
+                    | Operation::ResponseObject => push_chat_body(&mut self.scratch, &ctx),
                 }
                 self.send_json_body(conn, pace, reset).await
             }
@@ -453,6 +541,44 @@ impl Connection<'_> {
             Flow::Reset
         } else {
             after(conn)
+        }
+    }
+
+    /// Sends an answer of the response store: a JSON body, or replayed SSE events.
+    async fn send_reply(&mut self, reply: Reply, conn: Conn) -> Flow {
+        self.out.clear();
+        match reply {
+            Reply::Json(status, body) => {
+                push_json_response(&mut self.out, status, &self.headers, conn, &body);
+            }
+            Reply::Events(events) => {
+                let chunked = conn.version >= 1;
+                let conn = Conn {
+                    keep_alive: conn.keep_alive && chunked,
+                    ..conn
+                };
+                push_stream_head(&mut self.out, &self.headers, conn);
+                for event in &events {
+                    if chunked {
+                        push_http_chunk(&mut self.out, event);
+                    } else {
+                        self.out.extend_from_slice(event);
+                    }
+                }
+                if chunked {
+                    self.out.extend_from_slice(b"0\r\n\r\n");
+                }
+                return if self.write_out().await {
+                    after(conn)
+                } else {
+                    Flow::Abort
+                };
+            }
+        }
+        if self.write_out().await {
+            after(conn)
+        } else {
+            Flow::Abort
         }
     }
 

@@ -21,6 +21,8 @@ pub(crate) enum Operation {
     Embeddings,
     /// `.../responses`
     Responses,
+    /// `.../responses/{id}` and `.../responses/{id}/...`: a kept response.
+    ResponseObject,
     /// `.../health`, the health endpoint self-hosted servers expose (any method).
     Health,
     /// Anything else.
@@ -32,7 +34,11 @@ impl Operation {
     pub(crate) fn is_api(self) -> bool {
         matches!(
             self,
-            Operation::Chat | Operation::Completions | Operation::Embeddings | Operation::Responses
+            Operation::Chat
+                | Operation::Completions
+                | Operation::Embeddings
+                | Operation::Responses
+                | Operation::ResponseObject
         )
     }
 
@@ -47,6 +53,8 @@ impl Operation {
             Operation::Embeddings
         } else if path.ends_with("/responses") {
             Operation::Responses
+        } else if path.contains("/responses/") {
+            Operation::ResponseObject
         } else if path.ends_with("/health") {
             Operation::Health
         } else {
@@ -81,10 +89,39 @@ pub(crate) struct RequestHead {
     pub(crate) expect_continue: bool,
     /// The `{d}` of an Azure-style `/deployments/{d}/...` path.
     pub(crate) deployment: Option<String>,
+    /// For [`Operation::ResponseObject`]: which kept response, and what to do with it.
+    pub(crate) object: Option<ObjectTarget>,
     /// `METHOD path` for error messages, kept only for unroutable or non-POST requests.
     pub(crate) target: Option<String>,
     /// The full head, kept only while recording is on.
     pub(crate) record: Option<RecordedRequest>,
+}
+
+/// A request for a kept response: `METHOD .../responses/{id}[/{action}][?query]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ObjectTarget {
+    /// The request method.
+    pub(crate) method: String,
+    /// The response id.
+    pub(crate) id: String,
+    /// The path after the id (empty, `cancel`, `input_items`).
+    pub(crate) action: String,
+    /// The query string (empty when none).
+    pub(crate) query: String,
+}
+
+impl ObjectTarget {
+    /// The target of `method path?query`, when the path names a kept response.
+    fn of(method: &str, path: &str, query: Option<&str>) -> Option<ObjectTarget> {
+        let (_, rest) = path.rsplit_once("/responses/")?;
+        let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
+        Some(ObjectTarget {
+            method: method.to_string(),
+            id: id.to_string(),
+            action: action.to_string(),
+            query: query.unwrap_or_default().to_string(),
+        })
+    }
 }
 
 /// Why a request head was rejected; each maps to a status code.
@@ -218,6 +255,9 @@ pub(crate) fn parse_head(
         },
         expect_continue,
         deployment: deployment_of(path),
+        object: (operation == Operation::ResponseObject)
+            .then(|| ObjectTarget::of(method, path, query))
+            .flatten(),
         target,
         record,
     };

@@ -17,6 +17,7 @@ mod behaviour;
 mod chunked;
 mod connection;
 mod http;
+mod kept;
 mod quota;
 mod record;
 mod responses;

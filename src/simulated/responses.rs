@@ -18,6 +18,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) prompt_tokens: u64,
     /// Prompt tokens read from the prompt cache (reported only when positive).
     pub(crate) cached_tokens: u64,
+    /// The id of a Responses API answer (unescaped ASCII, from the provider's store).
+    pub(crate) response_id: &'a str,
 }
 
 impl Ctx<'_> {
@@ -250,8 +252,8 @@ pub(crate) fn push_embedding_body(out: &mut Vec<u8>, ctx: &Ctx) {
 
 /// Appends a Responses-API `response` object whose single message says `text`.
 pub(crate) fn push_response_object(out: &mut Vec<u8>, ctx: &Ctx, status: &str, text: Option<&str>) {
-    out.extend_from_slice(b"{\"id\":\"resp_sim_");
-    push_num(out, ctx.n);
+    out.extend_from_slice(b"{\"id\":\"");
+    push_json_str(out, ctx.response_id);
     out.extend_from_slice(b"\",\"object\":\"response\",\"created_at\":");
     push_num(out, ctx.created);
     out.extend_from_slice(b",\"model\":\"");
@@ -294,6 +296,7 @@ mod tests {
         content: "Hello from fast",
         prompt_tokens: 11,
         cached_tokens: 0,
+        response_id: "resp_sim_7",
     };
 
     fn json(bytes: &[u8]) -> Value {

@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) connections: ConnectionLog,
     /// Becomes `true` on shutdown; every task watches it.
     pub(crate) down: watch::Sender<bool>,
+    /// The Responses API responses it keeps.
+    pub(crate) kept: super::kept::Store,
 }
 
 impl Shared {
@@ -54,6 +56,7 @@ impl Shared {
             .collect();
         let provider_header = format!("x-sim-provider: {safe}\r\n").into_bytes();
         Shared {
+            kept: super::kept::Store::new(name),
             name: name.to_string(),
             content: format!("Hello from {name}"),
             provider_header,

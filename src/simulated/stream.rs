@@ -93,15 +93,15 @@ impl StreamPlan<'_> {
     fn push_responses(&self, i: u32, out: &mut Vec<u8>) {
         if i == 0 {
             out.extend_from_slice(
-                b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":",
+                b"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":",
             );
             push_response_object(out, &self.ctx, "in_progress", None);
             out.extend_from_slice(b"}\n\n");
         } else if i <= self.chunks {
             out.extend_from_slice(
-                b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_sim_",
+                b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":",
             );
-            let _ = write!(out, "{}", self.ctx.n);
+            let _ = write!(out, "{i},\"item_id\":\"msg_sim_{}", self.ctx.n);
             out.extend_from_slice(b"\",\"output_index\":0,\"content_index\":0,\"delta\":\"");
             push_token(out, i - 1);
             out.extend_from_slice(b"\"}\n\n");
@@ -112,8 +112,9 @@ impl StreamPlan<'_> {
             }
             let text = String::from_utf8_lossy(&text);
             out.extend_from_slice(
-                b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":",
+                b"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":",
             );
+            let _ = write!(out, "{i},\"response\":");
             push_response_object(out, &self.ctx, "completed", Some(&text));
             out.extend_from_slice(b"}\n\n");
         }
@@ -144,6 +145,7 @@ mod tests {
         content: "Hello from x",
         prompt_tokens: 4,
         cached_tokens: 0,
+        response_id: "resp_sim_3",
     };
 
     fn events(plan: &StreamPlan) -> Vec<String> {

@@ -71,7 +71,7 @@ async fn the_arm64_binary_serves_health_and_proxies_a_chat_and_a_stream_in_an_ar
     std::fs::write(
         &config,
         format!(
-            "listen = \"0.0.0.0:4000\"\n{provider}[model]\nfast = [{{ provider = \"plain\", model = \"m\" }}]\n"
+            "listen = \"0.0.0.0:4000\"\n{provider}[model]\nfast = [{{ provider = \"plain\", model = \"m\" }}]\n[auth]\nallow_anonymous = true\n"
         ),
     )
     .unwrap();

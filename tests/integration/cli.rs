@@ -229,10 +229,22 @@ fn check_prints_the_memory_budget_and_its_source() {
 }
 
 #[test]
-fn check_warns_about_a_non_loopback_listen() {
+fn check_refuses_a_non_loopback_listen_without_auth_and_warns_when_anonymous_is_chosen() {
     let config = write("open.toml", &GOOD.replace("127.0.0.1:4000", "0.0.0.0:4000"));
-    let out = sturnus(
+    let refused = sturnus(
         &["check", "--config", &config],
+        &[("OPENAI_API_KEY", "sk-x")],
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refusing to start: listen = 0.0.0.0:4000")
+            && stderr.contains("[[auth.key]]")
+            && stderr.contains("--allow-anonymous"),
+        "{stderr}"
+    );
+    let out = sturnus(
+        &["check", "--config", &config, "--allow-anonymous"],
         &[("OPENAI_API_KEY", "sk-x")],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -394,7 +406,10 @@ fn a_loopback_listener_in_a_container_is_warned_about_except_in_kubernetes() {
     );
     assert!(!pod.contains("runs in a container"), "{pod}");
     // Listening on all interfaces is the fix.
-    let fixed = check(&["--listen", "0.0.0.0:4000"], &[("container", "podman")]);
+    let fixed = check(
+        &["--listen", "0.0.0.0:4000", "--allow-anonymous"],
+        &[("container", "podman")],
+    );
     assert!(!fixed.contains("runs in a container"), "{fixed}");
 
     // The server logs the same warning once at startup.

@@ -332,7 +332,7 @@ async fn startup_logs_the_budget_and_warns_about_a_non_loopback_listen() {
         "{logs}"
     );
     assert!(!logs.contains("not a loopback address"), "{logs}");
-    let open = Proxy::start_listening("0.0.0.0", &config, &[], &[]).await;
+    let open = Proxy::start_listening("0.0.0.0", &config, &[], &["--allow-anonymous"]).await;
     let logs = open.logs();
     assert!(logs.contains("WARN"), "{logs}");
     assert!(

@@ -14,16 +14,6 @@ use std::time::{Duration, Instant};
 /// build).
 const BASELINE_KIB: u64 = 64 * 1024;
 
-/// Lets this process (and the sturnus it starts) open `n` files, if the hard limit allows.
-fn allow_open_files(n: u64) {
-    let (soft, hard) = rlimit::Resource::NOFILE.get().expect("RLIMIT_NOFILE");
-    if soft < n {
-        rlimit::Resource::NOFILE
-            .set(n.min(hard), hard)
-            .expect("raise RLIMIT_NOFILE");
-    }
-}
-
 /// A client that allows two minutes per request (the default allows 30 s).
 fn patient_client() -> reqwest::Client {
     client_with_timeout(Duration::from_secs(120))

@@ -5,14 +5,17 @@
 mod common;
 
 mod arm64;
+mod auth;
 mod cli;
 mod client_closed;
 mod connections;
+mod edge_tls;
 mod errors;
 mod faults;
 mod health_checks;
 mod healthcheck;
 mod hostile;
+mod idle_clients;
 mod kubernetes;
 mod load;
 mod observability;
@@ -21,6 +24,7 @@ mod passthrough;
 mod prefix;
 mod providers;
 mod quota;
+mod responses;
 mod routing;
 mod shutdown;
 mod simulate;

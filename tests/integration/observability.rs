@@ -167,7 +167,7 @@ async fn metrics_count_known_traffic_exactly() {
 
     let m = proxy.settled_metrics().await;
 
-    // Exactly the nine families, with their types.
+    // Exactly the ten families, with their types.
     let types: BTreeMap<&str, &str> = m
         .types
         .iter()
@@ -178,11 +178,13 @@ async fn metrics_count_known_traffic_exactly() {
         BTreeMap::from([
             ("sturnus_build_info", "gauge"),
             ("sturnus_buffer_rejections_total", "counter"),
+            ("sturnus_upstream_resends_total", "counter"),
             ("sturnus_errors_total", "counter"),
             ("sturnus_inflight_requests", "gauge"),
             ("sturnus_latency_seconds", "histogram"),
             ("sturnus_overhead_seconds", "histogram"),
             ("sturnus_requests_total", "counter"),
+            ("sturnus_routes_total", "counter"),
             ("sturnus_routing_share", "gauge"),
             ("sturnus_ttfc_seconds", "histogram"),
         ])
@@ -223,6 +225,17 @@ async fn metrics_count_known_traffic_exactly() {
         1.0,
     );
     assert_eq!(values(&m, "sturnus_errors_total"), want);
+
+    // Routes: every reason pre-created per candidate; the six pinned requests to up count as
+    // session_affinity, nothing was held.
+    let routes = values(&m, "sturnus_routes_total");
+    let reasons = ["pick", "session_affinity", "prefix_affinity", "held_object"];
+    assert_eq!(routes.len(), configured.len() * reasons.len());
+    assert_eq!(routes[&with(&fast_up, ("route", "session_affinity"))], 6.0);
+    assert!(routes
+        .iter()
+        .filter(|(l, _)| l["route"] == "held_object")
+        .all(|(_, v)| *v == 0.0));
 
     // TTFC and latency: four non-streaming and two streaming responses from up, one from bad.
     for family in ["sturnus_ttfc_seconds", "sturnus_latency_seconds"] {
@@ -926,6 +939,9 @@ fn docs_and_dashboard_name_only_real_metrics() {
         0,
     );
     let metrics = sturnus::observe::Metrics::new(&catalog).unwrap();
+    // The per-client families have series once a client is configured and refused once.
+    metrics.clients.precreate("a-client");
+    metrics.clients.rate_limited("a-client", "max_inflight");
     let text = String::from_utf8(metrics.render(&catalog)).unwrap();
     let families = Exposition::parse(&text).unwrap().types;
     let real: BTreeSet<String> = families.keys().cloned().collect();

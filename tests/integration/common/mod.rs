@@ -82,6 +82,13 @@ pub fn fast_alias_config(name: &str, sim: &SimProvider, model: &str, key: Option
 /// Two simulated providers `a` (model `ma`) and `b` (model `mb`) as alias `fast`, sturnus in
 /// front; `extra` is appended to the config (a `[routing]` table, more aliases).
 pub async fn two_candidates(extra: &str) -> (SimProvider, SimProvider, Proxy) {
+    let (a, b, config) = two_candidates_config(extra).await;
+    let proxy = Proxy::start(&config).await;
+    (a, b, proxy)
+}
+
+/// [`two_candidates`]'s providers and config, for tests that start sturnus themselves.
+pub async fn two_candidates_config(extra: &str) -> (SimProvider, SimProvider, String) {
     let a = SimProvider::start("a").await.unwrap();
     let b = SimProvider::start("b").await.unwrap();
     let config = format!(
@@ -89,8 +96,7 @@ pub async fn two_candidates(extra: &str) -> (SimProvider, SimProvider, Proxy) {
         provider_toml("a", &a, None),
         provider_toml("b", &b, None)
     );
-    let proxy = Proxy::start(&config).await;
-    (a, b, proxy)
+    (a, b, config)
 }
 
 /// Where the wall clock is in the lull rotation (`sturnus::routing::lull`): which period
@@ -318,6 +324,10 @@ impl Proxy {
                 panic!("sturnus exited with {status}:\n{logs}");
             }
             if let Ok(r) = client.get(self.url("/status")).send().await {
+                // With [auth], /status needs a credential: this process answering is enough.
+                if r.status() == 401 {
+                    return true;
+                }
                 if let Ok(v) = r.json::<serde_json::Value>().await {
                     if v["pid"] == self.pid() {
                         return true;
@@ -638,4 +648,14 @@ pub fn chat_body(model: &str, stream: bool) -> String {
 pub async fn error_of(resp: reqwest::Response) -> serde_json::Value {
     let v: serde_json::Value = resp.json().await.expect("JSON error body");
     v["error"].clone()
+}
+
+/// Lets this process (and the sturnus it starts) open `n` files, if the hard limit allows.
+pub fn allow_open_files(n: u64) {
+    let (soft, hard) = rlimit::Resource::NOFILE.get().expect("RLIMIT_NOFILE");
+    if soft < n {
+        rlimit::Resource::NOFILE
+            .set(n.min(hard), hard)
+            .expect("raise RLIMIT_NOFILE");
+    }
 }

@@ -16,9 +16,20 @@ pub struct TlsFront {
     pub ca_pem: PathBuf,
 }
 
-/// Starts an HTTPS listener on 127.0.0.1 (certificate for IP 127.0.0.1) in front of `backend`.
-pub async fn front(backend: SocketAddr) -> TlsFront {
-    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+/// A certificate for IP 127.0.0.1 from a throwaway CA, as PEM files in a scratch directory.
+pub struct Throwaway {
+    /// The CA's certificate.
+    pub ca_pem: PathBuf,
+    /// The leaf certificate.
+    pub cert_pem: PathBuf,
+    /// The leaf's private key (PKCS#8).
+    pub key_pem: PathBuf,
+    leaf_der: Vec<u8>,
+    key_der: Vec<u8>,
+}
+
+/// Makes a throwaway CA and a certificate for 127.0.0.1 it signed.
+pub fn throwaway_certificate() -> Throwaway {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -31,16 +42,34 @@ pub async fn front(backend: SocketAddr) -> TlsFront {
     let leaf_params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
     let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
 
-    let ca_pem = super::scratch_dir().join("test-ca.pem");
+    let dir = super::scratch_dir();
+    let ca_pem = dir.join("test-ca.pem");
     std::fs::write(&ca_pem, ca.pem()).unwrap();
+    let cert_pem = dir.join("tls.crt");
+    std::fs::write(&cert_pem, leaf.pem()).unwrap();
+    let key_pem = dir.join("tls.key");
+    std::fs::write(&key_pem, leaf_key.serialize_pem()).unwrap();
+    Throwaway {
+        ca_pem,
+        cert_pem,
+        key_pem,
+        leaf_der: leaf.der().to_vec(),
+        key_der: leaf_key.serialize_der(),
+    }
+}
 
+/// Starts an HTTPS listener on 127.0.0.1 (certificate for IP 127.0.0.1) in front of `backend`.
+pub async fn front(backend: SocketAddr) -> TlsFront {
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    let cert = throwaway_certificate();
     let config = ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(
-            vec![CertificateDer::from(leaf.der().to_vec())],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+            vec![CertificateDer::from(cert.leaf_der)],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_der)),
         )
         .unwrap();
+    let ca_pem = cert.ca_pem;
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

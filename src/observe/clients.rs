@@ -1,0 +1,108 @@
+//! The per-client series: answers by client name, and requests refused by the client's own
+//! limits (kept apart from providers' 429s, which count in `sturnus_requests_total`).
+//!
+//! Label values are configured names (a static key's `name`) or a token's name claim, never a
+//! credential; names from tokens beyond [`MAX_CLIENTS`] distinct ones share the label
+//! [`OTHER`], so a stream of new token subjects cannot grow the exposition without bound.
+
+use prometheus::{IntCounterVec, Opts, Registry};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// Most distinct client label values.
+pub const MAX_CLIENTS: usize = 1000;
+/// The label value of clients beyond [`MAX_CLIENTS`].
+pub const OTHER: &str = "_other";
+
+/// `sturnus_client_requests_total` and `sturnus_client_rate_limited_total`.
+pub struct ClientMetrics {
+    requests: IntCounterVec,
+    rate_limited: IntCounterVec,
+    known: Mutex<HashSet<String>>,
+}
+
+impl ClientMetrics {
+    /// Registers both families in `registry`.
+    pub fn new(registry: &Registry) -> Result<ClientMetrics, prometheus::Error> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "sturnus_client_requests_total",
+                "Answers to authenticated clients, by client name and status code (sturnus's \
+                 own refusals included).",
+            ),
+            &["client", "status_code"],
+        )?;
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "sturnus_client_rate_limited_total",
+                "Requests refused with 429 client_rate_limited by the client's own limit \
+                 (max_inflight or requests_per_minute), by client name.",
+            ),
+            &["client", "limit"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(rate_limited.clone()))?;
+        Ok(ClientMetrics {
+            requests,
+            rate_limited,
+            known: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Creates the series of a configured client at zero, so it shows before its first request.
+    pub fn precreate(&self, name: &str) {
+        let label = self.label(name);
+        self.requests.with_label_values(&[label, "200"]);
+    }
+
+    /// Counts one answer to `client` with `status`.
+    pub fn answered(&self, client: &str, status: u16) {
+        let label = self.label(client);
+        self.requests
+            .with_label_values(&[label, status.to_string().as_str()])
+            .inc();
+    }
+
+    /// Counts one request refused by `client`'s own `limit`.
+    pub fn rate_limited(&self, client: &str, limit: &str) {
+        let label = self.label(client);
+        self.rate_limited.with_label_values(&[label, limit]).inc();
+    }
+
+    /// The label value for `name`: itself while the number of distinct names allows.
+    fn label<'a>(&self, name: &'a str) -> &'a str {
+        let Ok(mut known) = self.known.lock() else {
+            return OTHER;
+        };
+        if known.contains(name) {
+            return name;
+        }
+        if known.len() < MAX_CLIENTS {
+            known.insert(name.to_string());
+            return name;
+        }
+        OTHER
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_beyond_the_cap_share_one_label() {
+        let m = ClientMetrics::new(&Registry::new()).unwrap();
+        for i in 0..MAX_CLIENTS {
+            m.answered(&format!("c{i}"), 200);
+        }
+        assert_eq!(m.label("c0"), "c0");
+        assert_eq!(m.label("new"), OTHER);
+        m.rate_limited("new", "max_inflight");
+        assert_eq!(
+            m.rate_limited
+                .with_label_values(&[OTHER, "max_inflight"])
+                .get(),
+            1
+        );
+    }
+}
