@@ -26,6 +26,10 @@ pub const WINDOW_S: f64 = 30.0;
 /// `cov(n, latency) / (var(n) + PRIOR_VARIANCE)`.
 pub const PRIOR_VARIANCE: f64 = 0.1;
 
+/// Answers closer together than this (µs) count as this far apart, so simultaneous answers
+/// each still weigh in.
+pub const MIN_GAP_US: u64 = 1_000;
+
 /// Time-weighted means of n, latency, n² and n·latency.
 #[derive(Debug, Default, Clone, Copy)]
 struct Moments {
@@ -35,16 +39,19 @@ struct Moments {
     nl: f64,
     /// When the last answer was folded in (µs on the routing clock); `None` before any.
     at_us: Option<u64>,
+    /// Answers folded in (the first ones are averaged plainly until the window fills).
+    count: u64,
 }
 
 impl Moments {
     /// Folds in one answer; returns (slope µs/request, mean n).
     fn fold(&mut self, n: f64, latency_us: f64, at_us: u64) -> (f64, f64) {
+        self.count += 1;
         let w = match self.at_us {
             None => 1.0,
             Some(last) => {
-                let dt = at_us.saturating_sub(last) as f64 / 1e6;
-                1.0 - (-dt / WINDOW_S).exp()
+                let dt = at_us.saturating_sub(last).max(MIN_GAP_US) as f64 / 1e6;
+                (1.0 - (-dt / WINDOW_S).exp()).max(1.0 / self.count as f64)
             }
         };
         self.at_us = Some(at_us.max(self.at_us.unwrap_or(0)));
@@ -97,8 +104,8 @@ impl Load {
 }
 
 /// The latency the pick charges: `latency + slope × (2·inflight − mean_inflight)`, never below
-/// the latency's tenth (a load that drained leaves the candidate faster than its average, not
-/// free).
+/// a hundredth of the latency (a load that drained leaves the candidate faster than its
+/// average, not free).
 #[inline]
 pub fn charged_latency(latency_us: f64, slope_us: f64, inflight: u64, mean_inflight: f64) -> f64 {
     if slope_us <= 0.0 {
@@ -158,7 +165,11 @@ mod tests {
         assert_eq!(at(5), lat);
         assert!(at(6) > at(5) && at(20) > at(6));
         assert_eq!(at(20) - at(19), 10_000.0, "twice the slope per request");
-        assert_eq!(at(0), lat / 2.0, "a drained candidate is charged less");
+        assert_eq!(
+            at(0),
+            lat - slope * mean,
+            "a drained candidate is charged less"
+        );
     }
 
     #[test]

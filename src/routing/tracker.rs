@@ -922,4 +922,46 @@ mod tests {
         assert!(d.contains("latency_streaming_us: Some(42.0)"), "{d}");
         assert!(d.contains("success: 1.0"), "{d}");
     }
+
+    #[test]
+    fn concurrent_requests_keep_their_own_latency_load_and_outcome() {
+        // Streams whose first chunks come early and whose outcomes come much later, in another
+        // order: each answer still carries its own send-time load and latency. Requests sent
+        // with more of ours in flight are slower, so the slope is only right when no request's
+        // latency is paired with another's load.
+        let stats = Arc::new(CandidateStats::new());
+        let mode = Mode::Streaming;
+        let mut round_start = 0u64;
+        for round in 0..300u64 {
+            let mut open = Vec::new();
+            for n in 0..8u64 {
+                let guard = stats.begin_owned();
+                let wait = stats.begin_wait(mode, round_start + n);
+                open.push((guard, wait, n));
+            }
+            // First chunks in send order: latency 100 ms + 20 ms per other request in flight.
+            let answers: Vec<_> = open
+                .into_iter()
+                .map(|(guard, wait, n)| {
+                    let answer = wait.first_chunk(100_000.0 + 20_000.0 * n as f64);
+                    assert_eq!(answer.inflight_at_send, n);
+                    (guard, answer)
+                })
+                .collect();
+            // Outcomes in reverse order, a second later, 10 ms apart.
+            for (k, (guard, answer)) in answers.into_iter().rev().enumerate() {
+                stats.record_outcome(Outcome::Success, 0.4);
+                let at = round_start + 1_000_000 + 10_000 * k as u64;
+                stats.record_answer(&answer, false, 0.4, at);
+                drop(guard);
+            }
+            round_start = 2_000_000 * (round + 1);
+        }
+        let slope = stats.snapshot(mode).load_slope_us;
+        // Answers paired with another request's load would give no slope or a negative one
+        // (the outcomes come in reverse order); time weighting leaves it within 15 %.
+        assert!((slope / 20_000.0 - 1.0).abs() < 0.15, "{slope}");
+        assert_eq!(stats.inflight(), 0);
+        assert_eq!(stats.wait_age_us(mode, round_start), None);
+    }
 }
