@@ -182,9 +182,13 @@ pub fn status(app: &App) -> Value {
                     let success = s.success();
                     let per_mode = |mode: Mode| {
                         let lat = s.latency_ms(mode);
+                        let snap = s.snapshot(mode);
                         json!({
                             "latency_ms": lat,
                             "effective_latency_ms": lat.map(|l| l / success.max(0.001)),
+                            "load_ms_per_request": snap.load_slope_us / 1000.0,
+                            "load_mean_in_flight": snap.load_mean_inflight,
+                            "congestion_discount": snap.discount,
                         })
                     };
                     json!({
