@@ -158,8 +158,6 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
         let in_lull = sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot));
         if hit {
             stats.record_cached_latency(route.mode, micros, alpha);
-        } else if in_lull {
-            stats.record_lull_latency(route.mode, micros, alpha);
         } else {
             stats.record_latency(route.mode, micros, alpha);
         }

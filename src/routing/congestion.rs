@@ -11,7 +11,7 @@
 //!   down, so a recovery shows at once; slow up, so jitter does not);
 //! - a **floor**: the lowest value of a steady EWMA ([`STEADY_ALPHA`]; the plain mean of the
 //!   first answers until it has 50), each value raised by `CONFIDENCE / √n` so a lucky
-//!   start does not set it, and rising by [`FLOOR_RISE`] per answer: the candidate's latency
+//!   start does not set it, and rising by [`FLOOR_RISE`] per second of answers: the candidate's latency
 //!   when nothing queues, as this sidecar first saw it;
 //! - a **low envelope**: a streaming estimate of a very low quantile ([`LOW_QUANTILE`]) of the
 //!   answers, which falls by about [`LOW_STEP`] at each answer below it and rises by

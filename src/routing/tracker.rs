@@ -200,22 +200,12 @@ impl CandidateStats {
 
     /// Fold in a latency sample (µs from sending upstream to the first body chunk).
     /// Non-finite or negative samples are ignored.
+    /// Whether the request went out in its candidate's lull reaches the congestion discount
+    /// with the request's outcome ([`CandidateStats::record_answer`]).
     pub fn record_latency(&self, mode: Mode, micros: f64, alpha: f64) {
-        self.record_sample(mode, micros, alpha, false);
-    }
-
-    /// As [`CandidateStats::record_latency`], for a request sent in the candidate's lull
-    /// ([`super::lull::unqueued_sample`]): it also measures the unqueued latency the
-    /// congestion discount is reckoned from.
-    pub fn record_lull_latency(&self, mode: Mode, micros: f64, alpha: f64) {
-        self.record_sample(mode, micros, alpha, true);
-    }
-
-    fn record_sample(&self, mode: Mode, micros: f64, alpha: f64, unqueued: bool) {
         if !micros.is_finite() || micros < 0.0 {
             return;
         }
-        let _ = unqueued;
         ewma_update(&self.latency[mode.slot()], micros, sane_alpha(alpha));
     }
 

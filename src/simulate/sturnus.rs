@@ -234,8 +234,6 @@ impl Strategy for Sturnus {
         let in_lull = lull::unqueued_sample(sent, slot);
         if cached {
             stats.record_cached_latency(MODE, response.latency as f64, alpha);
-        } else if in_lull {
-            stats.record_lull_latency(MODE, response.latency as f64, alpha);
         } else {
             stats.record_latency(MODE, response.latency as f64, alpha);
         }
