@@ -750,7 +750,7 @@ mod tests {
         }
     }
 
-    /// k = 3 (the seed's default, which the arithmetic in these tests is written for), no floor.
+    /// k = 3 (the latency-only baseline's, which the arithmetic in these tests is written for), no floor.
     fn no_floor() -> RoutingParams {
         RoutingParams {
             probe_floor: 0.0,
@@ -1392,7 +1392,7 @@ mod tests {
         assert!((during - expected).abs() < 0.015, "{during} vs {expected}");
         let after = share_of_first(&cands, WINDOW_US, &mut rng);
         assert!((after - 0.5).abs() < 0.015, "{after}");
-        // The seed's tracker keeps no discount, and no lull either.
+        // The latency-only tracker keeps no discount, and no lull either.
         let seed: Vec<_> = (0..2)
             .map(|_| {
                 let s = Arc::new(CandidateStats::without_congestion());

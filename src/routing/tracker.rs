@@ -120,7 +120,7 @@ pub struct CandidateStats {
     congestion: Congestion,
     /// What the provider announces about its quotas, and the pacing it asks for.
     quotas: Quotas,
-    /// False for the seed's tracker (the simulator's baseline), which had no such discount.
+    /// False for the latency-only tracker (the simulator's baseline), which keeps no such discount.
     congestion_on: bool,
     /// How latency responds to our own load, per [`Mode`] slot.
     load: [Load; 2],
@@ -189,8 +189,8 @@ impl CandidateStats {
         }
     }
 
-    /// Fresh stats that never build a congestion discount: the seed's tracker, which the
-    /// simulator keeps as a baseline.
+    /// Fresh stats that never build a congestion discount: the tracker of the simulator's
+    /// latency-only baseline.
     pub fn without_congestion() -> Self {
         Self {
             congestion_on: false,
@@ -392,7 +392,7 @@ impl CandidateStats {
     }
 
     /// Whether the fleet's lulls ([`super::lull`]) lighten this candidate: false for the
-    /// seed's tracker, which keeps no congestion discount to measure with them.
+    /// latency-only baseline's tracker, which keeps no congestion discount to measure with them.
     pub fn takes_lulls(&self) -> bool {
         self.congestion_on
     }

@@ -4,8 +4,8 @@
 //! [`CandidateStats`] per provider, picks with [`routing::choose_at`] at the virtual time and a
 //! seeded [`SplitMix64`], holds real in-flight (and waiting) guards while an attempt is
 //! outstanding, and records results through the same tracker calls the proxy's `outcome` module makes,
-//! stamped with virtual time. A [`Variant`] says which of those calls it makes, so the seed's
-//! behaviour and the current one run side by side.
+//! stamped with virtual time. A [`Variant`] says which of those calls it makes, so the plain latency-only rule
+//! and the full one run side by side.
 
 use super::clock::{Micros, MS, SEC};
 use super::conversations::Turn;
@@ -42,10 +42,10 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// The seed: `exploit_k` 3, `ewma_alpha` 0.3, no waiting-age tracking, `Retry-After`
-    /// ignored, no congestion discount (the seed's relay records latency and outcome only).
-    pub const SEED: Variant = Variant {
-        label: "sturnus (seed)",
+    /// The plain rule as a baseline: `exploit_k` 3, `ewma_alpha` 0.3, no waiting-age tracking,
+    /// `Retry-After` ignored, no congestion discount (latency and outcome are all it records).
+    pub const LATENCY_ONLY: Variant = Variant {
+        label: "latency only, k 3",
         params: RoutingParams {
             ewma_alpha: 0.3,
             exploit_k: 3.0,
@@ -280,9 +280,9 @@ mod tests {
     }
 
     #[test]
-    fn seed_variant_records_like_the_seed_relay() {
+    fn latency_only_variant_records_latency_and_outcome_only() {
         let w = Providers::new(&[ProviderSpec::new("a", 1.0)], 1);
-        let mut s = Sturnus::new(2, Variant::SEED);
+        let mut s = Sturnus::new(2, Variant::LATENCY_ONLY);
         let mut rng = SplitMix64::new(1);
         assert!(s.pick(0, &mut rng, &w) < 2);
         s.started(1, 0);

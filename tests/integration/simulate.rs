@@ -166,7 +166,7 @@ fn quick_run_of_every_scenario_meets_the_targets_and_writes_charts() {
         assert!(svg.starts_with("<svg"), "{name}.svg");
         assert!(svg.contains("traffic share over time"), "{name}.svg");
         assert!(
-            svg.contains("sturnus (seed)") && svg.contains("oracle"),
+            svg.contains("latency only, k 3") && svg.contains("oracle"),
             "{name}.svg"
         );
     }
@@ -280,7 +280,7 @@ const QUICK_FAMILY: &str = "30";
 /// The contenders every family instance runs, in report order.
 const FAMILY_STRATEGIES: [&str; 9] = [
     "sturnus",
-    "sturnus (seed)",
+    "latency only, k 3",
     "oracle",
     "round-robin",
     "random",
