@@ -149,11 +149,11 @@ pub fn models(app: &App) -> Value {
 
 /// An alias's keyed picks: the share of its keyed answers its providers' prompt caches
 /// served, and the exponent its next keyed pick uses, per mode.
-fn keyed(hits: &crate::routing::KeyedHits, exploit_k: f64) -> Value {
+fn keyed(hits: &crate::routing::KeyedHits, params: &crate::routing::RoutingParams) -> Value {
     let per_mode = |f: &dyn Fn(Mode) -> f64| json!({"non_streaming": f(Mode::NonStreaming), "streaming": f(Mode::Streaming)});
     json!({
         "hit_rate": per_mode(&|m| hits.rate(m)),
-        "exploit_k": per_mode(&|m| exploit_k * hits.exploit(m)),
+        "exploit_k": per_mode(&|m| params.exploit_k * hits.exploit(m, &params.rule.keyed)),
     })
 }
 
@@ -216,7 +216,7 @@ pub fn status(app: &App) -> Value {
             json!({
                 "alias": alias.name,
                 "routed": {"non_streaming": ns, "streaming": st},
-                "keyed": keyed(&alias.keyed_hits, params.exploit_k),
+                "keyed": keyed(&alias.keyed_hits, params),
                 "candidates": candidates,
             })
         })
@@ -327,8 +327,16 @@ mod tests {
             Some(100),
             Some(1_234_000),
             5_000_000,
+            &Default::default(),
         );
-        stats.observe_quota(QuotaKind::Tokens, 7, None, None, 5_000_000);
+        stats.observe_quota(
+            QuotaKind::Tokens,
+            7,
+            None,
+            None,
+            5_000_000,
+            &Default::default(),
+        );
         assert_eq!(
             quota(&stats, 5_000_000),
             json!({

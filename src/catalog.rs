@@ -99,7 +99,7 @@ impl Alias {
             key,
             identities: &self.identities,
             smoothed: &self.smoothed,
-            exploit: self.keyed_hits.exploit(mode),
+            exploit: self.keyed_hits.exploit(mode, &params.rule.keyed),
         });
         routing::choose_available_keyed(
             &self.stats,
@@ -132,7 +132,7 @@ impl Alias {
     pub fn keyed_shares(&self, mode: Mode, params: &RoutingParams) -> Vec<f64> {
         self.shares(
             mode,
-            &params.with_exploit_factor(self.keyed_hits.exploit(mode)),
+            &params.with_exploit_factor(self.keyed_hits.exploit(mode, &params.rule.keyed)),
         )
     }
 
@@ -236,6 +236,7 @@ impl Catalog {
                 exploit_k: r.exploit_k,
                 probe_floor: r.probe_floor,
                 error_threshold: r.error_threshold,
+                rule: r.rule,
             },
             by_name,
         })

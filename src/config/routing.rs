@@ -2,7 +2,8 @@
 
 use super::reader::{join, Reader};
 use super::schema::RoutingConfig;
-use crate::routing::{ParamRange, RoutingParams};
+use crate::routing::{ParamRange, RoutingParams, RuleParams};
+use serde::Deserialize;
 use std::time::Duration;
 use toml::{Table, Value};
 
@@ -19,6 +20,7 @@ const KEYS: &[&str] = &[
     "max_buffered_bytes",
     "header_timeout_secs",
     "body_timeout_secs",
+    "rule",
 ];
 
 /// Shortest timeout accepted, in seconds.
@@ -55,6 +57,12 @@ pub(crate) fn read_routing(r: &mut Reader, value: Option<&Value>) -> RoutingConf
         out.max_body_bytes = n;
     }
     out.max_buffered_bytes = bytes(r, table, "max_buffered_bytes", 0);
+    if let Some(v) = table.get("rule") {
+        match RuleParams::deserialize(v.clone()) {
+            Ok(rule) => out.rule = rule,
+            Err(e) => r.problem(&join("routing", "rule"), format_args!("{}", e.message())),
+        }
+    }
     out
 }
 

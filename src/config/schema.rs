@@ -125,6 +125,8 @@ pub struct RoutingConfig {
     pub probe_floor: f64,
     /// Error rate above which a candidate counts as unhealthy, in (0, 1].
     pub error_threshold: f64,
+    /// The routing rule's constants (`[routing.rule.<factor>]`; docs/routing.md lists them).
+    pub rule: crate::routing::RuleParams,
     /// Requests without `x-session-affinity` that carry a conversation (opening messages) keep
     /// to one candidate by weighted rendezvous over the shares (docs/routing.md).
     pub prefix_affinity: bool,
@@ -151,6 +153,7 @@ impl Default for RoutingConfig {
             exploit_k: 6.0,
             probe_floor: 0.01,
             error_threshold: 0.5,
+            rule: Default::default(),
             prefix_affinity: crate::routing::rendezvous::PREFIX_AFFINITY_DEFAULT,
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(60),

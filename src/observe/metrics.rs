@@ -569,9 +569,16 @@ solo = [{ provider = "b", model = "m2" }]
         assert!(!text(&m, &c).contains("sturnus_quota_remaining_ratio{"));
         let b = &c.aliases[0].candidates[1].stats;
         // No limit: nothing to divide by, no series.
-        b.observe_quota(QuotaKind::Tokens, 10, None, None, 1);
+        b.observe_quota(QuotaKind::Tokens, 10, None, None, 1, &Default::default());
         assert!(!text(&m, &c).contains("sturnus_quota_remaining_ratio{"));
-        b.observe_quota(QuotaKind::Requests, 25, Some(100), Some(1_000_000), 2);
+        b.observe_quota(
+            QuotaKind::Requests,
+            25,
+            Some(100),
+            Some(1_000_000),
+            2,
+            &Default::default(),
+        );
         let t = text(&m, &c);
         // Candidate b/m2 is listed by both aliases: one series per alias.
         for alias in ["fast", "solo"] {

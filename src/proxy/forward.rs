@@ -233,7 +233,7 @@ async fn relay_response(
         Some(h) => h.clone(),
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),
     };
-    outcome::response_filter(&mut response, ctx);
+    outcome::response_filter(&mut response, ctx, &app.catalog.params.rule.quota);
     let mut tagger = match held_answer::tagging(&mut response, ctx) {
         held_answer::Tagging::Untouched => None,
         held_answer::Tagging::Stream(tagger) => Some(tagger),

@@ -11,6 +11,7 @@ use crate::app::App;
 use crate::observe::access_log::{millis, AccessRecord, Verdict};
 use crate::observe::trace;
 use crate::providers::{prompt_cache, ratelimit};
+use crate::routing::quota::QuotaParams;
 use crate::routing::{lull, now_us, ErrorKind, Outcome, RoutingParams};
 use pingora::http::ResponseHeader;
 use pingora_core::{Error, ErrorSource};
@@ -68,10 +69,10 @@ fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
 /// Like the upstream request, the header map is edited outside Pingora's [`ResponseHeader`]
 /// (see `upstream_request::upstream_request_filter`): names reach the client in canonical case,
 /// and the status line carries the standard reason phrase.
-pub fn response_filter(resp: &mut ResponseHeader, ctx: &mut RequestCtx) {
+pub fn response_filter(resp: &mut ResponseHeader, ctx: &mut RequestCtx, pacing: &QuotaParams) {
     ctx.status = Some(resp.status.as_u16());
     honour_retry_after(resp, ctx);
-    super::quota::observe(resp, ctx);
+    super::quota::observe(resp, ctx, pacing);
     let empty = ResponseHeader::from(http::Response::new(()).into_parts().0);
     let mut parts: http::response::Parts = std::mem::replace(resp, empty).into();
     let headers = &mut parts.headers;
@@ -153,9 +154,10 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
         let sent_us = answer.map(|a| a.sent_us);
         let hit = app.config.routing.prefix_affinity && prompt_cache::reports_hit(chunk);
         if let Some(keyed_hits) = &route.keyed_hits {
-            keyed_hits.record(route.mode, hit);
+            keyed_hits.record(route.mode, hit, &app.catalog.params.rule.keyed);
         }
-        let in_lull = sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot));
+        let lulls = &app.catalog.params.rule.lull;
+        let in_lull = sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot, lulls));
         if hit {
             stats.record_cached_latency(route.mode, micros, alpha);
         } else {
@@ -291,7 +293,7 @@ fn record_outcome(ctx: &RequestCtx, failure: Option<ErrorKind>, params: &Routing
         } else {
             stats.record_outcome(outcome, params.ewma_alpha);
             if let (Outcome::Success, Some((answer, in_lull))) = (outcome, &ctx.answer) {
-                stats.record_answer(answer, *in_lull, params.ewma_alpha, now_us());
+                stats.record_answer(answer, *in_lull, params, now_us());
             }
         }
     }
@@ -343,7 +345,7 @@ mod tests {
         resp.insert_header("x-request-id", "req_provider123")
             .unwrap();
         resp.insert_header("openai-processing-ms", "17").unwrap();
-        response_filter(&mut resp, &mut ctx);
+        response_filter(&mut resp, &mut ctx, &QuotaParams::default());
         assert_eq!(resp.headers["x-request-id"], "req_provider123");
         assert_eq!(resp.headers["openai-processing-ms"], "17");
         assert!(resp.headers.get("x-upstream-request-id").is_none());
@@ -355,14 +357,14 @@ mod tests {
         let mut resp = ResponseHeader::build(502, None).unwrap();
         resp.insert_header("x-request-id", "not loggable\t")
             .unwrap();
-        response_filter(&mut resp, &mut ctx);
+        response_filter(&mut resp, &mut ctx, &QuotaParams::default());
         assert_eq!(resp.headers["x-request-id"], "not loggable\t");
         assert_eq!(ctx.upstream_request_id, None);
 
         let mut ctx = RequestCtx::new();
         ctx.request_id = "ours".into();
         let mut resp = ResponseHeader::build(200, None).unwrap();
-        response_filter(&mut resp, &mut ctx);
+        response_filter(&mut resp, &mut ctx, &QuotaParams::default());
         assert_eq!(resp.headers["x-request-id"], "ours");
         assert_eq!(ctx.upstream_request_id, None);
     }
@@ -380,7 +382,7 @@ mod tests {
         ] {
             resp.append_header(name, value).unwrap();
         }
-        response_filter(&mut resp, &mut ctx);
+        response_filter(&mut resp, &mut ctx, &QuotaParams::default());
         let h = &resp.headers;
         assert!(h.get("keep-alive").is_none() && h.get("x-hop").is_none());
         assert_eq!(h["content-length"], "2");

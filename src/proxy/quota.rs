@@ -3,6 +3,7 @@
 
 use super::ctx::RequestCtx;
 use crate::providers::ratelimit::{Quota, RateLimits};
+use crate::routing::quota::QuotaParams;
 use crate::routing::{now_us, CandidateStats, QuotaKind};
 use pingora::http::ResponseHeader;
 use std::time::{Duration, SystemTime};
@@ -14,15 +15,25 @@ pub const MAX_RESET: Duration = Duration::from_secs(super::outcome::MAX_RETRY_AF
 /// Reads the rate-limit headers of a provider response (any status) into the routed
 /// candidate's quota state: the request quota, and the token quota closest to running out.
 /// A response without them, or with malformed ones, changes nothing.
-pub fn observe(resp: &ResponseHeader, ctx: &RequestCtx) {
+pub fn observe(resp: &ResponseHeader, ctx: &RequestCtx, pacing: &QuotaParams) {
     let Some(route) = &ctx.route else {
         return;
     };
-    record(&route.candidate.stats, &resp.headers, SystemTime::now());
+    record(
+        &route.candidate.stats,
+        &resp.headers,
+        SystemTime::now(),
+        pacing,
+    );
 }
 
 /// Records what `headers`, received at `now`, announce about `stats`'s quotas.
-fn record(stats: &CandidateStats, headers: &http::HeaderMap, now: SystemTime) {
+fn record(
+    stats: &CandidateStats,
+    headers: &http::HeaderMap,
+    now: SystemTime,
+    pacing: &QuotaParams,
+) {
     let limits = RateLimits::from_headers(headers, now);
     if limits.is_empty() {
         return;
@@ -32,17 +43,23 @@ fn record(stats: &CandidateStats, headers: &http::HeaderMap, now: SystemTime) {
         (QuotaKind::Requests, limits.requests),
         (QuotaKind::Tokens, limits.tightest_tokens()),
     ] {
-        observe_one(stats, kind, quota, at);
+        observe_one(stats, kind, quota, at, pacing);
     }
 }
 
 /// One quota reading, when it carries a remaining count.
-fn observe_one(stats: &CandidateStats, kind: QuotaKind, quota: Quota, at: u64) {
+fn observe_one(
+    stats: &CandidateStats,
+    kind: QuotaKind,
+    quota: Quota,
+    at: u64,
+    pacing: &QuotaParams,
+) {
     let Some(remaining) = quota.remaining else {
         return;
     };
     let reset_in_us = quota.reset.map(|r| r.min(MAX_RESET).as_micros() as u64);
-    stats.observe_quota(kind, remaining, quota.limit, reset_in_us, at);
+    stats.observe_quota(kind, remaining, quota.limit, reset_in_us, at, pacing);
 }
 
 #[cfg(test)]
@@ -70,7 +87,7 @@ mod tests {
             ("x-ratelimit-reset-requests", "1.5s"),
             ("x-ratelimit-remaining-tokens", "900"),
         ]);
-        record(&stats, &h, SystemTime::now());
+        record(&stats, &h, SystemTime::now(), &QuotaParams::default());
         let r = stats.quota(QuotaKind::Requests).unwrap();
         assert_eq!((r.remaining, r.limit), (42, Some(100)));
         let reset_in = r.reset_at_us.unwrap().saturating_sub(now_us());
@@ -89,7 +106,7 @@ mod tests {
             ("anthropic-ratelimit-output-tokens-limit", "100"),
             ("anthropic-ratelimit-output-tokens-remaining", "20"),
         ]);
-        record(&stats, &h, SystemTime::now());
+        record(&stats, &h, SystemTime::now(), &QuotaParams::default());
         let t = stats.quota(QuotaKind::Tokens).unwrap();
         assert_eq!((t.remaining, t.limit), (20, Some(100)));
         assert!(stats.quota(QuotaKind::Requests).is_none());
@@ -102,7 +119,7 @@ mod tests {
             ("x-ratelimit-remaining-requests", "0"),
             ("x-ratelimit-reset-requests", "100h"),
         ]);
-        record(&stats, &h, SystemTime::now());
+        record(&stats, &h, SystemTime::now(), &QuotaParams::default());
         let now = now_us();
         assert!(stats.backed_off(now));
         let deadline = stats.back_off_deadline_us().unwrap();
@@ -116,13 +133,14 @@ mod tests {
             &stats,
             &headers(&[("x-request-id", "r")]),
             SystemTime::now(),
+            &QuotaParams::default(),
         );
         let garbage = headers(&[
             ("x-ratelimit-remaining-requests", "lots"),
             ("x-ratelimit-limit-requests", "100"),
             ("anthropic-ratelimit-tokens-remaining", "-3"),
         ]);
-        record(&stats, &garbage, SystemTime::now());
+        record(&stats, &garbage, SystemTime::now(), &QuotaParams::default());
         assert!(stats.quota(QuotaKind::Requests).is_none());
         assert!(stats.quota(QuotaKind::Tokens).is_none());
         assert!(!stats.needs_time());

@@ -8,8 +8,9 @@
 //! the available candidates.
 
 use super::attempt::Mode;
+use super::params::RoutingParams;
 use super::rng::RngSource;
-use super::selector::{choose_keyed, shares_for, weights_for, Choice, Keyed, RoutingParams};
+use super::selector::{choose_keyed, shares_for, weights_for, Choice, Keyed};
 use super::tracker::CandidateStats;
 
 /// The positions of the available candidates, or `None` when the restriction does not apply

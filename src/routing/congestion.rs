@@ -7,38 +7,38 @@
 //! a sharp preference swings the whole fleet in step. Instead, each sidecar keeps, per
 //! candidate and mode, from the latency of its successful answers:
 //!
-//! - a **level**: the lower of a fast (`ewma_alpha`) and a slow ([`SLOW_ALPHA`]) EWMA (fast
+//! - a **level**: the lower of a fast (`ewma_alpha`) and a slow (`slow_alpha`) EWMA (fast
 //!   down, so a recovery shows at once; slow up, so jitter does not);
-//! - a **floor**: the lowest value of a steady EWMA ([`STEADY_ALPHA`]; the plain mean of the
-//!   first answers until it has 50), each value raised by `CONFIDENCE / √n` so a lucky
-//!   start does not set it, and rising by [`FLOOR_RISE`] per second of answers: the candidate's latency
+//! - a **floor**: the lowest value of a steady EWMA (`steady_alpha`; the plain mean of the
+//!   first answers until it has 50), each value raised by `confidence / √n` so a lucky
+//!   start does not set it, and rising by `floor_rise` per second of answers: the candidate's latency
 //!   when nothing queues, as this sidecar first saw it;
-//! - a **low envelope**: a streaming estimate of a very low quantile ([`LOW_QUANTILE`]) of the
-//!   answers, which falls by about [`LOW_STEP`] at each answer below it and rises by
-//!   `LOW_STEP × LOW_QUANTILE` at each answer above it: it follows the fastest answers the
+//! - a **low envelope**: a streaming estimate of a very low quantile (`low_quantile`) of the
+//!   answers, which falls by about `low_step` at each answer below it and rises by
+//!   `low_step × low_quantile` at each answer above it: it follows the fastest answers the
 //!   candidate gives now, so every sidecar that sees its queue drain, whenever it first met
 //!   it, pulls it down to about half the idle median; times the ratio level ÷ envelope of a
-//!   candidate that does not queue ([`LOW_RATIO`] for the log-normal jitter σ = 0.25 it was
+//!   candidate that does not queue (`low_ratio` for the log-normal jitter σ = 0.25 it was
 //!   measured at, scaled to the candidate's own jitter, the standard deviation of its
-//!   log-latency over about 50 answers: [`LOW_Z`]) it is a second estimate of the idle
+//!   log-latency over about 50 answers: `low_z`) it is a second estimate of the idle
 //!   latency;
-//! - an **unqueued latency**: an EWMA ([`UNQUEUED_ALPHA`]) of the answers to requests sent
+//! - an **unqueued latency**: an EWMA (`unqueued_alpha`) of the answers to requests sent
 //!   while the whole fleet lightened the candidate ([`super::lull`]), its queue empty, raised
-//!   by [`UNQUEUED_MARGIN`] ÷ √n for its few answers, and counted once it has
-//!   [`UNQUEUED_MIN`]: what the candidate does when the fleet sends it less, measured rather
+//!   by `unqueued_margin` ÷ √n for its few answers, and counted once it has
+//!   `unqueued_min`: what the candidate does when the fleet sends it less, measured rather
 //!   than inferred;
 //! - a **reference**: the lowest of the floor, the envelope's estimate and the unqueued
 //!   latency (lulls can only lower it: where they drain nothing, the rule is the same as
 //!   without them);
-//! - a **discount** `d`: with excess = level ÷ reference − 1, each answer adds [`GAIN`] ×
-//!   (excess − [`TARGET`]) when the excess is above the target, or takes off [`RELIEF`] ×
-//!   (TARGET − excess) when below; `d` stays in `[0, MAX_DISCOUNT]`. An excess above
-//!   [`SLOWER`] (twice the reference) leaves `d` alone: that is a provider that became slower
+//! - a **discount** `d`: with excess = level ÷ reference − 1, each answer adds `gain` ×
+//!   (excess − `target`) when the excess is above the target, or takes off `relief` ×
+//!   (target − excess) when below; `d` stays in `[0, max_discount]`. An excess above
+//!   `slower` (twice the reference) leaves `d` alone: that is a provider that became slower
 //!   (the latency ranking deals with it), not a queue our shares should settle against.
 //!
-//! The selector multiplies the candidate's weight by `e^-d`. The discount moves a little per
-//! answer, so shares drift towards the point where the loaded candidates queue about
-//! [`TARGET`] above their reference instead of jumping with every sample: integral action, which
+//! [`CongestionParams`] holds every constant named here. The selector multiplies the
+//! candidate's weight by `e^-d`. The discount moves a little per answer, so shares drift towards the point where the loaded candidates queue about
+//! `target` above their reference instead of jumping with every sample: integral action, which
 //! a fleet reacting to the same queues with a delay needs to stay stable, and it is what
 //! makes each sidecar weigh a provider by the latency *more* traffic would get there rather
 //! than by the average it gets now. A candidate whose latency does not grow with load (a
@@ -47,91 +47,113 @@
 //! only successful answers feed it, since a fast 503 is not a short queue.
 
 use super::attempt::Mode;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Smoothing of the slow latency EWMA (per answer).
-pub const SLOW_ALPHA: f64 = 0.1;
+/// The congestion discount's constants (`[routing.rule.congestion]`, `--param congestion.<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CongestionParams {
+    /// Smoothing of the slow latency EWMA (per answer).
+    pub slow_alpha: f64,
+    /// Smoothing of the steady latency EWMA whose lowest value is the floor (per answer).
+    pub steady_alpha: f64,
+    /// Successful answers before the floor is tracked.
+    pub warm_answers: u64,
+    /// Relative uncertainty of one latency sample: the steady EWMA of `n` answers is raised by
+    /// `confidence / √n` before it may lower the floor.
+    pub confidence: f64,
+    /// Relative rise of the floor per `period_us` of answers (so a provider that really became
+    /// slower is eventually measured from its new floor: ×2 after about an hour of answers).
+    pub floor_rise: f64,
+    /// Quantile the low envelope tracks: in equilibrium this fraction of answers is below it.
+    pub low_quantile: f64,
+    /// Step of the low envelope per answer (relative): it falls by `low_step × (1 − low_quantile)`
+    /// at an answer below it and rises by `low_step × low_quantile` (0.02%) at one above it.
+    pub low_step: f64,
+    /// Larger steps while the envelope is young: the step of the `n`-th answer is at least
+    /// `low_start / n`, so the first answers bring it near its quantile quickly.
+    pub low_start: f64,
+    /// Level ÷ low envelope of a candidate that does not queue, with the log-normal jitter
+    /// (σ = 0.25) of `sturnus simulate`'s providers: the envelope sits at the 0.4% quantile,
+    /// e^(−2.65 σ) ≈ 0.515 of the median, and the level at about the mean, e^(σ²/2) ≈ 1.03 of
+    /// it; measured on a long stream of such answers (the unit test below checks it).
+    pub low_ratio: f64,
+    /// Log-normal jitter σ at which `low_ratio` was measured.
+    pub low_ratio_jitter: f64,
+    /// How many standard deviations of the log-latency the envelope sits below the median (the
+    /// normal 0.4% quantile): with a measured jitter σ the ratio becomes `LOW_RATIO ×
+    /// e^(g(σ) − g(0.25))`, g(σ) = σ²/2 + LOW_Z σ, so a candidate that is simply more erratic
+    /// does not read as queued.
+    pub low_z: f64,
+    /// Smoothing of the log-latency mean and variance that measure the jitter (per answer).
+    pub spread_alpha: f64,
+    /// Lower end of the range the measured jitter σ is kept in.
+    pub jitter_min: f64,
+    /// Upper end of the range the measured jitter σ is kept in.
+    pub jitter_max: f64,
+    /// Queueing above the reference (as a fraction of it) the discount steers towards.
+    pub target: f64,
+    /// Discount added per answer per unit of excess above `target`.
+    pub gain: f64,
+    /// Discount taken off per answer per unit below `target`.
+    pub relief: f64,
+    /// Smoothing of the unqueued latency (per answer sent in a lull): a few lulls of memory.
+    pub unqueued_alpha: f64,
+    /// Answers sent in lulls before the unqueued latency counts towards the reference.
+    pub unqueued_min: u64,
+    /// Relative uncertainty of one lull answer: the unqueued latency of `n` answers is raised by
+    /// `unqueued_margin / √n` (`n` counted up to the EWMA's memory, `(2 − α) / α` ≈ 5.7 answers),
+    /// so that its jitter does not read as a queue on a candidate that has none.
+    pub unqueued_margin: f64,
+    /// Largest discount (weight × e^-8 ≈ 0.03%; a candidate 1.75× faster has e^(6 ln 1.75) ≈ 29×
+    /// the weight, so the discount must reach well past 3.4 to hand its traffic over).
+    pub max_discount: f64,
+    /// Excess above which a candidate counts as slower rather than queued: `d` is left alone.
+    pub slower: f64,
+    /// The time one answer's step stands for: `gain` and `relief` are per second of answers,
+    /// so the discount moves as fast at an edge proxy with hundreds of answers a second as at a
+    /// sidecar with one (each step is scaled by the time since the candidate's previous answer).
+    pub period_us: u64,
+    /// Most periods one answer's step may stand for (after a silence).
+    pub max_periods: f64,
+}
 
-/// Smoothing of the steady latency EWMA whose lowest value is the floor (per answer).
-pub const STEADY_ALPHA: f64 = 0.02;
+impl CongestionParams {
+    /// The defaults, as a constant.
+    pub const DEFAULT: CongestionParams = CongestionParams {
+        slow_alpha: 0.1,
+        steady_alpha: 0.02,
+        warm_answers: 2,
+        confidence: 0.25,
+        floor_rise: 0.0002,
+        low_quantile: 0.004,
+        low_step: 0.05,
+        low_start: 0.5,
+        low_ratio: 1.945,
+        low_ratio_jitter: 0.25,
+        low_z: 2.65,
+        spread_alpha: 0.02,
+        jitter_min: 0.1,
+        jitter_max: 0.6,
+        target: 0.08,
+        gain: 0.3,
+        relief: 4.0,
+        unqueued_alpha: 0.3,
+        unqueued_min: 3,
+        unqueued_margin: 0.1,
+        max_discount: 8.0,
+        slower: 1.0,
+        period_us: 1_000_000,
+        max_periods: 5.0,
+    };
+}
 
-/// Successful answers before the floor is tracked.
-pub const WARM_ANSWERS: u64 = 2;
-
-/// Relative uncertainty of one latency sample: the steady EWMA of `n` answers is raised by
-/// `CONFIDENCE / √n` before it may lower the floor.
-pub const CONFIDENCE: f64 = 0.25;
-
-/// Relative rise of the floor per [`PERIOD_US`] of answers (so a provider that really became
-/// slower is eventually measured from its new floor: ×2 after about an hour of answers).
-pub const FLOOR_RISE: f64 = 0.0002;
-
-/// Quantile the low envelope tracks: in equilibrium this fraction of answers is below it.
-pub const LOW_QUANTILE: f64 = 0.004;
-
-/// Step of the low envelope per answer (relative): it falls by `LOW_STEP × (1 − LOW_QUANTILE)`
-/// at an answer below it and rises by `LOW_STEP × LOW_QUANTILE` (0.02%) at one above it.
-pub const LOW_STEP: f64 = 0.05;
-
-/// Larger steps while the envelope is young: the step of the `n`-th answer is at least
-/// `LOW_START / n`, so the first answers bring it near its quantile quickly.
-pub const LOW_START: f64 = 0.5;
-
-/// Level ÷ low envelope of a candidate that does not queue, with the log-normal jitter
-/// (σ = 0.25) of `sturnus simulate`'s providers: the envelope sits at the 0.4% quantile,
-/// e^(−2.65 σ) ≈ 0.515 of the median, and the level at about the mean, e^(σ²/2) ≈ 1.03 of
-/// it; measured on a long stream of such answers (the unit test below checks it).
-pub const LOW_RATIO: f64 = 1.945;
-
-/// Log-normal jitter σ at which [`LOW_RATIO`] was measured.
-pub const LOW_RATIO_JITTER: f64 = 0.25;
-
-/// How many standard deviations of the log-latency the envelope sits below the median (the
-/// normal 0.4% quantile): with a measured jitter σ the ratio becomes `LOW_RATIO ×
-/// e^(g(σ) − g(0.25))`, g(σ) = σ²/2 + LOW_Z σ, so a candidate that is simply more erratic
-/// does not read as queued.
-pub const LOW_Z: f64 = 2.65;
-
-/// Smoothing of the log-latency mean and variance that measure the jitter (per answer).
-pub const SPREAD_ALPHA: f64 = 0.02;
-
-/// Range the measured jitter σ is kept in.
-pub const JITTER_RANGE: (f64, f64) = (0.1, 0.6);
-
-/// Queueing above the reference (as a fraction of it) the discount steers towards.
-pub const TARGET: f64 = 0.08;
-
-/// Discount added per answer per unit of excess above [`TARGET`].
-pub const GAIN: f64 = 0.3;
-
-/// Discount taken off per answer per unit below [`TARGET`].
-pub const RELIEF: f64 = 4.0;
-
-/// Smoothing of the unqueued latency (per answer sent in a lull): a few lulls of memory.
-pub const UNQUEUED_ALPHA: f64 = 0.3;
-
-/// Answers sent in lulls before the unqueued latency counts towards the reference.
-pub const UNQUEUED_MIN: u64 = 3;
-
-/// Relative uncertainty of one lull answer: the unqueued latency of `n` answers is raised by
-/// `UNQUEUED_MARGIN / √n` (`n` counted up to the EWMA's memory, `(2 − α) / α` ≈ 5.7 answers),
-/// so that its jitter does not read as a queue on a candidate that has none.
-pub const UNQUEUED_MARGIN: f64 = 0.1;
-
-/// Largest discount (weight × e^-8 ≈ 0.03%; a candidate 1.75× faster has e^(6 ln 1.75) ≈ 29×
-/// the weight, so the discount must reach well past 3.4 to hand its traffic over).
-pub const MAX_DISCOUNT: f64 = 8.0;
-
-/// Excess above which a candidate counts as slower rather than queued: `d` is left alone.
-pub const SLOWER: f64 = 1.0;
-
-/// The time one answer's step stands for: [`GAIN`] and [`RELIEF`] are per second of answers,
-/// so the discount moves as fast at an edge proxy with hundreds of answers a second as at a
-/// sidecar with one (each step is scaled by the time since the candidate's previous answer).
-pub const PERIOD_US: u64 = 1_000_000;
-
-/// Most periods one answer's step may stand for (after a silence).
-pub const MAX_PERIODS: f64 = 5.0;
+impl Default for CongestionParams {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// Bit pattern for "no value yet".
 const EMPTY: u64 = u64::MAX;
@@ -150,7 +172,7 @@ pub(crate) struct Congestion {
     last_at: [AtomicU64; 2],
     // The envelope's cells come after the discount, which the selector reads on every pick,
     // so that they do not move it to another cache line.
-    /// Low envelope of the answers (see [`LOW_QUANTILE`]), per mode.
+    /// Low envelope of the answers (see `low_quantile`), per mode.
     low: [AtomicU64; 2],
     /// EWMA of the log-latency, and of its squared deviation (the jitter σ²), per mode.
     log_mean: [AtomicU64; 2],
@@ -200,10 +222,10 @@ fn update(cell: &AtomicU64, f: impl Fn(Option<f64>) -> f64) -> f64 {
 }
 
 /// Level ÷ low envelope of a candidate that does not queue, for log-normal jitter `sigma`.
-fn low_ratio(sigma: f64) -> f64 {
-    let g = |s: f64| s * s / 2.0 + LOW_Z * s;
-    let sigma = sigma.clamp(JITTER_RANGE.0, JITTER_RANGE.1);
-    LOW_RATIO * (g(sigma) - g(LOW_RATIO_JITTER)).exp()
+fn low_ratio(sigma: f64, p: &CongestionParams) -> f64 {
+    let g = |s: f64| s * s / 2.0 + p.low_z * s;
+    let sigma = sigma.clamp(p.jitter_min, p.jitter_max);
+    p.low_ratio * (g(sigma) - g(p.low_ratio_jitter)).exp()
 }
 
 fn ewma(old: Option<f64>, sample: f64, alpha: f64) -> f64 {
@@ -213,8 +235,8 @@ fn ewma(old: Option<f64>, sample: f64, alpha: f64) -> f64 {
 impl Congestion {
     /// Folds in one successful answer of `mode` that took `x` µs: `unqueued` when its request
     /// was sent in the candidate's lull; `at_us` is when it came (the routing clock), which
-    /// scales the discount's step by the time since the previous answer (see [`PERIOD_US`]);
-    /// `None` takes one [`PERIOD_US`] per answer.
+    /// scales the discount's step by the time since the previous answer (see `period_us`);
+    /// `None` takes one `period_us` per answer.
     pub(crate) fn answer(
         &self,
         mode: Mode,
@@ -222,6 +244,7 @@ impl Congestion {
         unqueued: bool,
         alpha: f64,
         at_us: Option<u64>,
+        p: &CongestionParams,
     ) {
         if !(x.is_finite() && x >= 0.0) {
             return;
@@ -232,80 +255,82 @@ impl Congestion {
             if last == 0 {
                 1.0
             } else {
-                (now.saturating_sub(last) as f64 / PERIOD_US as f64).min(MAX_PERIODS)
+                (now.saturating_sub(last) as f64 / p.period_us as f64).min(p.max_periods)
             }
         });
         let fast = update(&self.fast[i], |o| ewma(o, x, alpha));
         // Both EWMAs start as the plain mean of the first answers.
         let n = self.answers[i].fetch_add(1, Relaxed) + 1;
         let first = 1.0 / n as f64;
-        let slow = update(&self.slow[i], |o| ewma(o, x, SLOW_ALPHA.max(first)));
-        let steady = update(&self.steady[i], |o| ewma(o, x, STEADY_ALPHA.max(first)));
-        let step = LOW_STEP.max(LOW_START * first);
+        let slow = update(&self.slow[i], |o| ewma(o, x, p.slow_alpha.max(first)));
+        let steady = update(&self.steady[i], |o| ewma(o, x, p.steady_alpha.max(first)));
+        let step = p.low_step.max(p.low_start * first);
         let low = update(&self.low[i], |o| {
             o.map_or(x, |q| {
                 let below = if x < q { 1.0 } else { 0.0 };
-                q * (1.0 + step * (LOW_QUANTILE - below))
+                q * (1.0 + step * (p.low_quantile - below))
             })
         });
         let lx = x.max(1.0).ln();
-        let mean = update(&self.log_mean[i], |o| ewma(o, lx, SPREAD_ALPHA.max(first)));
+        let mean = update(&self.log_mean[i], |o| {
+            ewma(o, lx, p.spread_alpha.max(first))
+        });
         // The variance starts at the calibration jitter's, a prior that fades over ~50 answers.
         let var = update(&self.log_var[i], |o| {
-            let prior = LOW_RATIO_JITTER * LOW_RATIO_JITTER;
+            let prior = p.low_ratio_jitter * p.low_ratio_jitter;
             ewma(
                 Some(o.unwrap_or(prior)),
                 (lx - mean) * (lx - mean),
-                SPREAD_ALPHA,
+                p.spread_alpha,
             )
         });
-        if n < WARM_ANSWERS {
+        if n < p.warm_answers {
             return;
         }
-        let settled = (n as f64).min(1.0 / STEADY_ALPHA);
-        let candidate = steady * (1.0 + CONFIDENCE / settled.sqrt());
+        let settled = (n as f64).min(1.0 / p.steady_alpha);
+        let candidate = steady * (1.0 + p.confidence / settled.sqrt());
         let floor = update(&self.floor[i], |o| {
             o.map_or(candidate, |f| {
-                candidate.min(f * (1.0 + FLOOR_RISE * periods))
+                candidate.min(f * (1.0 + p.floor_rise * periods))
             })
         });
         let level = fast.min(slow);
-        let inferred = floor.min(low * low_ratio(var.sqrt()));
+        let inferred = floor.min(low * low_ratio(var.sqrt(), p));
         let reference = self
-            .unqueued(i, x, unqueued)
+            .unqueued(i, x, unqueued, p)
             .map_or(inferred, |u| inferred.min(u));
         let excess = if reference > 0.0 {
             level / reference - 1.0
         } else {
             0.0
         };
-        let step = if excess > SLOWER {
+        let step = if excess > p.slower {
             0.0
-        } else if excess > TARGET {
-            GAIN * (excess - TARGET)
+        } else if excess > p.target {
+            p.gain * (excess - p.target)
         } else {
-            -RELIEF * (TARGET - excess)
+            -p.relief * (p.target - excess)
         };
         update(&self.discount[i], |d| {
-            (d.unwrap_or(0.0) + step * periods).clamp(0.0, MAX_DISCOUNT)
+            (d.unwrap_or(0.0) + step * periods).clamp(0.0, p.max_discount)
         });
     }
 
-    /// The unqueued latency of mode slot `i`, with its margin, once it has [`UNQUEUED_MIN`]
+    /// The unqueued latency of mode slot `i`, with its margin, once it has `unqueued_min`
     /// answers, folding in the latest answer `x` if its request went out in a lull.
-    fn unqueued(&self, i: usize, x: f64, in_lull: bool) -> Option<f64> {
+    fn unqueued(&self, i: usize, x: f64, in_lull: bool, p: &CongestionParams) -> Option<f64> {
         let n = if in_lull {
             let n = self.unqueued_answers[i].fetch_add(1, Relaxed) + 1;
-            let alpha = UNQUEUED_ALPHA.max(1.0 / n as f64);
+            let alpha = p.unqueued_alpha.max(1.0 / n as f64);
             update(&self.unqueued[i], |o| ewma(o, x, alpha));
             n
         } else {
             self.unqueued_answers[i].load(Relaxed)
         };
-        let memory = (2.0 - UNQUEUED_ALPHA) / UNQUEUED_ALPHA;
-        let margin = 1.0 + UNQUEUED_MARGIN / (n as f64).min(memory).sqrt();
+        let memory = (2.0 - p.unqueued_alpha) / p.unqueued_alpha;
+        let margin = 1.0 + p.unqueued_margin / (n as f64).min(memory).sqrt();
         match self.unqueued[i].load(Relaxed) {
-            bits if n >= UNQUEUED_MIN && bits != EMPTY => Some(f64::from_bits(bits) * margin),
+            bits if n >= p.unqueued_min && bits != EMPTY => Some(f64::from_bits(bits) * margin),
             _ => None,
         }
     }
@@ -323,9 +348,10 @@ mod tests {
     use crate::routing::rng::{RngSource, SplitMix64};
 
     const NS: Mode = Mode::NonStreaming;
+    const P: CongestionParams = CongestionParams::DEFAULT;
 
     fn answer(c: &Congestion, micros: f64) {
-        c.answer(NS, micros, false, 0.4, None);
+        c.answer(NS, micros, false, 0.4, None, &P);
     }
 
     #[test]
@@ -356,7 +382,7 @@ mod tests {
             answer(&c, 280_000.0);
         }
         assert!(c.discount(NS) > 3.0, "{}", c.discount(NS));
-        // Back at the floor: RELIEF x TARGET = 0.32 off per answer clears it.
+        // Back at the floor: P.relief x P.target = 0.32 off per answer clears it.
         for _ in 0..30 {
             answer(&c, 200_000.0);
         }
@@ -395,12 +421,12 @@ mod tests {
             answer(&c, jittered(&mut rng, 200_000.0));
             if i >= 2_000 {
                 let (level, low) = level_and_low(&c);
-                ratio += level / (low * LOW_RATIO);
+                ratio += level / (low * P.low_ratio);
                 d += c.discount(NS);
                 count += 1.0;
             }
         }
-        // On average the envelope times LOW_RATIO is the level: no excess, and only the small
+        // On average the envelope times P.low_ratio is the level: no excess, and only the small
         // discount the jitter's excursions above the target leave (mean about 0.06: weight
         // x 0.94).
         let ratio = ratio / count;
@@ -433,7 +459,10 @@ mod tests {
         assert!((sigma - 0.35).abs() < 0.05, "{sigma}");
         // With the ratio fixed at σ = 0.25's the same answers would read about 35% queued.
         let (level, low) = level_and_low(&c);
-        assert!(level / (low * LOW_RATIO) - 1.0 > TARGET, "{level} {low}");
+        assert!(
+            level / (low * P.low_ratio) - 1.0 > P.target,
+            "{level} {low}"
+        );
     }
 
     #[test]
@@ -458,9 +487,9 @@ mod tests {
         let (level, low) = level_and_low(&c);
         let floor = load(&c.floor[NS.slot()]).unwrap_or(0.0);
         let sigma = load(&c.log_var[NS.slot()]).unwrap_or(0.0).sqrt();
-        let idle = low * low_ratio(sigma);
+        let idle = low * low_ratio(sigma, &P);
         assert!(
-            level / floor - 1.0 < TARGET,
+            level / floor - 1.0 < P.target,
             "{level} {floor} {idle} {sigma} {}",
             c.discount(NS)
         );
@@ -470,7 +499,7 @@ mod tests {
     }
 
     fn lull_answer(c: &Congestion, micros: f64) {
-        c.answer(NS, micros, true, 0.4, None);
+        c.answer(NS, micros, true, 0.4, None, &P);
     }
 
     #[test]
@@ -562,7 +591,7 @@ mod tests {
             for i in 1..=(30 * per_second) {
                 let queued = i > 10 * per_second;
                 let x = if queued { 260_000.0 } else { 200_000.0 };
-                c.answer(NS, x, false, 0.4, Some(i * step));
+                c.answer(NS, x, false, 0.4, Some(i * step), &P);
             }
             c.discount(NS)
         };
@@ -579,8 +608,8 @@ mod tests {
     #[test]
     fn invalid_samples_are_ignored() {
         let c = Congestion::default();
-        c.answer(NS, f64::NAN, false, 0.4, None);
-        c.answer(NS, -1.0, false, 0.4, None);
+        c.answer(NS, f64::NAN, false, 0.4, None, &P);
+        c.answer(NS, -1.0, false, 0.4, None, &P);
         assert_eq!(load(&c.floor[NS.slot()]), None);
         answer(&c, 200_000.0);
         answer(&c, 200_000.0);

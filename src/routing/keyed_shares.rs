@@ -17,10 +17,6 @@
 use super::attempt::Mode;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// How far each keyed pick moves a smoothed share towards the current share (an EWMA over
-/// about 1 / 0.3 ≈ 3 picks of memory; docs/routing.md, "Prefix affinity", measures it).
-pub const KEYED_SMOOTHING: f64 = 0.3;
-
 /// Bit pattern for "no smoothed share yet".
 const EMPTY: u64 = u64::MAX;
 
@@ -39,12 +35,13 @@ impl Default for SmoothedShare {
 }
 
 impl SmoothedShare {
-    /// Moves this mode's smoothed share [`KEYED_SMOOTHING`] of the way towards `share` and
+    /// Moves this mode's smoothed share `smoothing` of the way towards `share` (the
+    /// [`super::keyed_hits::KeyedParams::smoothing`] of the rule) and
     /// returns it. The first share is taken as it is; a share that is not positive (a
     /// backed-off candidate) returns 0 and forgets the smoothed value, so the candidate starts
     /// afresh from its share when it returns.
     #[inline]
-    pub fn follow(&self, mode: Mode, share: f64) -> f64 {
+    pub fn follow(&self, mode: Mode, share: f64, smoothing: f64) -> f64 {
         let cell = &self.cells[mode.slot()];
         if !(share > 0.0 && share.is_finite()) {
             cell.store(EMPTY, Relaxed);
@@ -54,7 +51,7 @@ impl SmoothedShare {
             EMPTY => share,
             bits => {
                 let old = f64::from_bits(bits);
-                old + KEYED_SMOOTHING * (share - old)
+                old + smoothing * (share - old)
             }
         };
         cell.store(smoothed.to_bits(), Relaxed);
@@ -67,20 +64,18 @@ mod tests {
     use super::*;
 
     const NS: Mode = Mode::NonStreaming;
+    const SMOOTHING: f64 = 0.3;
 
     #[test]
     fn the_first_share_is_taken_as_it_is_and_later_ones_are_followed() {
         let s = SmoothedShare::default();
-        assert_eq!(s.follow(NS, 0.5), 0.5);
-        let next = s.follow(NS, 1.0);
-        assert!(
-            (next - (0.5 + KEYED_SMOOTHING * 0.5)).abs() < 1e-12,
-            "{next}"
-        );
+        assert_eq!(s.follow(NS, 0.5, SMOOTHING), 0.5);
+        let next = s.follow(NS, 1.0, SMOOTHING);
+        assert!((next - (0.5 + SMOOTHING * 0.5)).abs() < 1e-12, "{next}");
         // A steady share is reached geometrically.
         let mut last = next;
         for _ in 0..60 {
-            last = s.follow(NS, 1.0);
+            last = s.follow(NS, 1.0, SMOOTHING);
         }
         assert!((last - 1.0).abs() < 1e-6, "{last}");
     }
@@ -88,18 +83,18 @@ mod tests {
     #[test]
     fn a_share_of_zero_is_out_at_once_and_starts_afresh_when_it_returns() {
         let s = SmoothedShare::default();
-        s.follow(NS, 0.9);
-        assert_eq!(s.follow(NS, 0.0), 0.0);
-        assert_eq!(s.follow(NS, f64::NAN), 0.0);
-        assert_eq!(s.follow(NS, 0.02), 0.02);
+        s.follow(NS, 0.9, SMOOTHING);
+        assert_eq!(s.follow(NS, 0.0, SMOOTHING), 0.0);
+        assert_eq!(s.follow(NS, f64::NAN, SMOOTHING), 0.0);
+        assert_eq!(s.follow(NS, 0.02, SMOOTHING), 0.02);
     }
 
     #[test]
     fn modes_are_smoothed_apart() {
         let s = SmoothedShare::default();
-        s.follow(NS, 0.2);
-        assert_eq!(s.follow(Mode::Streaming, 0.8), 0.8);
-        let ns = s.follow(NS, 0.2);
+        s.follow(NS, 0.2, SMOOTHING);
+        assert_eq!(s.follow(Mode::Streaming, 0.8, SMOOTHING), 0.8);
+        let ns = s.follow(NS, 0.2, SMOOTHING);
         assert!((ns - 0.2).abs() < 1e-12, "{ns}");
     }
 }

@@ -3,11 +3,12 @@
 //!
 //! A sidecar carries a small part of a shared provider's load, so nothing it does alone shows
 //! whether the latency it measures is the provider's own or a queue the fleet keeps full. Every
-//! sidecar reads the same wall clock, though, and runs the same config: every [`PERIOD_US`]
+//! sidecar reads the same wall clock, though, and runs the same config: every `period_us`
 //! the next candidate of each alias (by its position in the alias) gets a lull of
-//! [`WINDOW_US`]: its weight in the unkeyed picks is multiplied by `e^-`[`DISCOUNT`]. When
+//! `window_us`: its weight in the unkeyed picks is multiplied by `e^-discount` ([`LullParams`]
+//! holds the constants). When
 //! every sidecar does so at once, a candidate the fleet keeps queued gets a fraction of its
-//! traffic for that moment and its queue empties; the requests sent from [`SETTLE_US`] into
+//! traffic for that moment and its queue empties; the requests sent from `settle_us` into
 //! the lull until it ends are answered at the candidate's unqueued latency, and
 //! [`super::congestion`] lowers its reference with them. A candidate whose latency does not
 //! depend on the fleet's traffic answers them as fast as any other request, so it reads as not
@@ -18,21 +19,35 @@
 //! routing clock to it once at start. The simulator leaves the offset at 0: its sidecars share
 //! one virtual clock.
 
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Time between the starts of two lulls: each of an alias's `n` candidates gets one every `n`
-/// periods.
-pub const PERIOD_US: u64 = 20_000_000;
+/// The lulls' constants (`[routing.rule.lull]`, `--param lull.<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LullParams {
+    /// Time between the starts of two lulls: each of an alias's `n` candidates gets one every
+    /// `n` periods.
+    pub period_us: u64,
+    /// How long a lull lasts (at most `period_us`).
+    pub window_us: u64,
+    /// Time from a lull's start until the requests sent in it count as unqueued samples: the
+    /// fleet's queue at the candidate has emptied by then.
+    pub settle_us: u64,
+    /// Discount on the lulled candidate's weight (`e^-1.5` ≈ 0.22 of it); 0 turns lulls off.
+    pub discount: f64,
+}
 
-/// How long a lull lasts.
-pub const WINDOW_US: u64 = 1_500_000;
-
-/// Time from a lull's start until the requests sent in it count as unqueued samples: the
-/// fleet's queue at the candidate has emptied by then.
-pub const SETTLE_US: u64 = 400_000;
-
-/// Discount on the lulled candidate's weight (`e^-1.5` ≈ 0.22 of it).
-pub const DISCOUNT: f64 = 1.5;
+impl Default for LullParams {
+    fn default() -> Self {
+        Self {
+            period_us: 20_000_000,
+            window_us: 1_500_000,
+            settle_us: 400_000,
+            discount: 1.5,
+        }
+    }
+}
 
 /// Offset from the routing clock to Unix time (µs); 0 until [`align_to_wall_clock`].
 static FLEET_OFFSET_US: AtomicU64 = AtomicU64::new(0);
@@ -56,27 +71,28 @@ pub struct Slot {
 }
 
 /// The lull under way at `now_us` on the routing clock: which position of an alias of `of`
-/// candidates it lightens and how far into it we are. `None` between lulls and for aliases of
-/// one candidate (nothing to move its traffic to).
-fn lull(now_us: u64, of: usize) -> Option<(usize, u64)> {
-    if of < 2 {
+/// candidates it lightens and how far into it we are. `None` between lulls, for aliases of
+/// one candidate (nothing to move its traffic to) and when lulls are off.
+fn lull(now_us: u64, of: usize, p: &LullParams) -> Option<(usize, u64)> {
+    if of < 2 || p.period_us == 0 || p.discount <= 0.0 {
         return None;
     }
     let t = now_us.wrapping_add(FLEET_OFFSET_US.load(Relaxed));
-    let into = t % PERIOD_US;
-    (into < WINDOW_US).then(|| (((t / PERIOD_US) % of as u64) as usize, into))
+    let into = t % p.period_us;
+    (into < p.window_us).then(|| (((t / p.period_us) % of as u64) as usize, into))
 }
 
 /// Which position of an alias of `of` candidates is in its lull at `now_us`, if any.
 #[inline]
-pub fn lulled(now_us: u64, of: usize) -> Option<usize> {
-    lull(now_us, of).map(|(index, _)| index)
+pub fn lulled(now_us: u64, of: usize, p: &LullParams) -> Option<usize> {
+    lull(now_us, of, p).map(|(index, _)| index)
 }
 
 /// Whether a request sent to `slot` at `sent_us` went out in that slot's lull after it
 /// settled: its answer shows the candidate's latency with the fleet's queue drained.
-pub fn unqueued_sample(sent_us: u64, slot: Slot) -> bool {
-    lull(sent_us, slot.of).is_some_and(|(index, into)| index == slot.index && into >= SETTLE_US)
+pub fn unqueued_sample(sent_us: u64, slot: Slot, p: &LullParams) -> bool {
+    lull(sent_us, slot.of, p)
+        .is_some_and(|(index, into)| index == slot.index && into >= p.settle_us)
 }
 
 #[cfg(test)]
@@ -84,21 +100,45 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000;
+    const P: LullParams = LullParams {
+        period_us: 20_000_000,
+        window_us: 1_500_000,
+        settle_us: 400_000,
+        discount: 1.5,
+    };
+
+    #[test]
+    fn the_test_constants_are_the_defaults() {
+        assert_eq!(P, LullParams::default());
+    }
+
+    #[test]
+    fn no_discount_or_no_period_turns_lulls_off() {
+        let off = LullParams { discount: 0.0, ..P };
+        assert_eq!(lulled(0, 3, &off), None);
+        let never = LullParams { period_us: 0, ..P };
+        assert_eq!(lulled(0, 3, &never), None);
+        assert!(!unqueued_sample(
+            P.settle_us,
+            Slot { index: 0, of: 3 },
+            &off
+        ));
+    }
 
     #[test]
     fn each_position_gets_a_lull_in_turn_once_per_rotation() {
         // The offset is 0 in tests (nothing here aligns to the wall clock).
-        assert_eq!(lulled(0, 3), Some(0));
-        assert_eq!(lulled(WINDOW_US - 1, 3), Some(0));
-        assert_eq!(lulled(WINDOW_US, 3), None);
-        assert_eq!(lulled(PERIOD_US - 1, 3), None);
-        assert_eq!(lulled(PERIOD_US, 3), Some(1));
-        assert_eq!(lulled(2 * PERIOD_US + S, 3), Some(2));
-        assert_eq!(lulled(3 * PERIOD_US, 3), Some(0));
+        assert_eq!(lulled(0, 3, &P), Some(0));
+        assert_eq!(lulled(P.window_us - 1, 3, &P), Some(0));
+        assert_eq!(lulled(P.window_us, 3, &P), None);
+        assert_eq!(lulled(P.period_us - 1, 3, &P), None);
+        assert_eq!(lulled(P.period_us, 3, &P), Some(1));
+        assert_eq!(lulled(2 * P.period_us + S, 3, &P), Some(2));
+        assert_eq!(lulled(3 * P.period_us, 3, &P), Some(0));
         // Over many periods every position gets the same number of lulls.
         let mut count = [0usize; 4];
         for p in 0..400 {
-            if let Some(i) = lulled(p * PERIOD_US + 1, 4) {
+            if let Some(i) = lulled(p * P.period_us + 1, 4, &P) {
                 count[i] += 1;
             }
         }
@@ -107,9 +147,9 @@ mod tests {
 
     #[test]
     fn a_single_candidate_gets_no_lull() {
-        assert_eq!(lulled(0, 1), None);
-        assert_eq!(lulled(0, 0), None);
-        assert!(!unqueued_sample(SETTLE_US, Slot { index: 0, of: 1 }));
+        assert_eq!(lulled(0, 1, &P), None);
+        assert_eq!(lulled(0, 0, &P), None);
+        assert!(!unqueued_sample(P.settle_us, Slot { index: 0, of: 1 }, &P));
     }
 
     #[test]
@@ -117,16 +157,16 @@ mod tests {
         let first = Slot { index: 0, of: 3 };
         let second = Slot { index: 1, of: 3 };
         assert!(
-            !unqueued_sample(SETTLE_US - 1, first),
+            !unqueued_sample(P.settle_us - 1, first, &P),
             "queue not drained yet"
         );
-        assert!(unqueued_sample(SETTLE_US, first));
-        assert!(unqueued_sample(WINDOW_US - 1, first));
-        assert!(!unqueued_sample(WINDOW_US, first), "lull over");
+        assert!(unqueued_sample(P.settle_us, first, &P));
+        assert!(unqueued_sample(P.window_us - 1, first, &P));
+        assert!(!unqueued_sample(P.window_us, first, &P), "lull over");
         assert!(
-            !unqueued_sample(SETTLE_US, second),
+            !unqueued_sample(P.settle_us, second, &P),
             "another position's lull"
         );
-        assert!(unqueued_sample(PERIOD_US + SETTLE_US, second));
+        assert!(unqueued_sample(P.period_us + P.settle_us, second, &P));
     }
 }

@@ -8,6 +8,7 @@
 //! - [`available`]: the same pick and shares restricted to the candidates that may take
 //!   traffic (whose provider passes its active health check).
 //! - [`affinity`]: the `<provider>/<model>` session-affinity header value.
+//! - [`params`]: every constant of the rule, in one struct with documented defaults.
 //! - [`rng`]: small thread-local and seedable random sources.
 //! - [`pressure`]: the age of requests still waiting for an answer and `Retry-After` back-off,
 //!   the signals that arrive before a response does.
@@ -30,6 +31,7 @@ pub mod keyed_hits;
 pub mod keyed_shares;
 pub mod load;
 pub mod lull;
+pub mod params;
 pub mod pressure;
 pub mod quota;
 pub mod rendezvous;
@@ -43,13 +45,13 @@ pub use available::{
 };
 pub use keyed_hits::KeyedHits;
 pub use keyed_shares::SmoothedShare;
+pub use params::{ParamOutOfRange, ParamRange, RoutingParams, RuleOverrideError, RuleParams};
 pub use pressure::now_us;
 pub use quota::{QuotaKind, QuotaView};
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
     choose, choose_at, choose_keyed, choose_keyed_at, pick_index, shares, shares_for,
-    shares_for_at, weights, weights_for, Choice, Keyed, ParamOutOfRange, ParamRange, RoutingParams,
-    COLD_WEIGHT, INLINE_CANDIDATES, MIN_LATENCY_US, MIN_SUCCESS, WAIT_AGE_FACTOR,
+    shares_for_at, weights, weights_for, Choice, Keyed, INLINE_CANDIDATES,
 };
 pub use tracker::{
     Answer, CandidateStats, Health, InflightGuard, OwnedInflightGuard, Snapshot, StatsSnapshot,

@@ -18,7 +18,33 @@
 //! out of step; with absolute timestamps that shows up as an implausible age and is ignored.
 
 use super::attempt::Mode;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// The waiting age's constants (`[routing.rule.wait_age]`, `--param wait_age.<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WaitAgeParams {
+    /// Requests sent at a steady pace that each take `L` are, while waiting, `L / 2` old on
+    /// average: twice the mean waiting age estimates the latency they are getting now.
+    /// 0 turns the waiting age off.
+    pub factor: f64,
+    /// Part of the latency EWMA taken off the waiting-age estimate: it counts once it exceeds
+    /// 1.5 × the EWMA. One request waiting is anywhere from 0 to its latency old, so twice its
+    /// age overshoots that latency half the time, by up to 2×; without the slack that noise
+    /// charges every busy candidate a premium and hands its traffic to slower ones. A stall
+    /// still shows within about one latency.
+    pub slack: f64,
+}
+
+impl Default for WaitAgeParams {
+    fn default() -> Self {
+        Self {
+            factor: 2.0,
+            slack: 0.5,
+        }
+    }
+}
 
 /// Largest mean waiting age taken at face value (one day); beyond it the reading is torn.
 const MAX_AGE_US: u64 = 86_400_000_000;

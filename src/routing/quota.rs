@@ -7,38 +7,57 @@
 //! count, so the rate at which `remaining` falls between two of this sidecar's readings is the
 //! **fleet's** rate `r` (an EWMA of the counts used over an EWMA of the time between readings).
 //! The rate that just fits is `r* = (remaining − reserve) / time_to_reset`, with a reserve of
-//! [`RESERVE`] of the limit (or of `remaining` when the limit is unknown) for the answers
+//! `reserve` of the limit (or of `remaining` when the limit is unknown) for the answers
 //! already on their way. Each reading moves the pacing factor `f` (in
-//! [`MIN_FACTOR`]..=1) multiplicatively:
+//! `min_factor..=1`) multiplicatively ([`QuotaParams`] holds the constants):
 //!
 //! ```text
-//! f ← clamp(f × (r* / r)^GAIN, MIN_FACTOR, 1)      (each step within ×STEP_LIMIT)
+//! f ← clamp(f × (r* / r)^gain, min_factor, 1)      (each step within ×step_limit)
 //! ```
 //!
 //! and the selector multiplies the candidate's weight by `f`. All sidecars see the same count,
 //! so they all scale together and the fleet converges on the rate that fits rather than each
 //! taking the whole remainder. Integral action on the measured fleet rate needs no model of how
 //! a weight becomes a share. When a new window starts (the count goes up or the reset has
-//! passed; a rise of a tenth of the limit or less is answers read out of order), the rate is
+//! passed; a rise of `refill` of the limit or less is answers read out of order), the rate is
 //! measured afresh and `f` climbs back as the quota allows. An announced
 //! `remaining` of 0 backs the candidate off until the reset, as a `429` would.
 
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Smallest pacing factor: a paced candidate still gets probe traffic.
-pub const MIN_FACTOR: f64 = 0.01;
+/// Quota pacing's constants (`[routing.rule.quota]`, `--param quota.<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotaParams {
+    /// Smallest pacing factor: a paced candidate still gets probe traffic.
+    pub min_factor: f64,
+    /// Exponent of the multiplicative step: below 1, so one noisy reading moves `f` only part
+    /// way.
+    pub gain: f64,
+    /// Largest change of `f` per reading (up or down).
+    pub step_limit: f64,
+    /// Share of the quota kept in reserve for answers already in flight.
+    pub reserve: f64,
+    /// Smoothing of the counts used and of the time between readings.
+    pub rate_alpha: f64,
+    /// Rise of the count, as a share of the limit, above which a reading starts a new window
+    /// (smaller rises are answers read out of order).
+    pub refill: f64,
+}
 
-/// Exponent of the multiplicative step: below 1, so one noisy reading moves `f` only part way.
-pub const GAIN: f64 = 0.5;
-
-/// Largest change of `f` per reading (up or down).
-pub const STEP_LIMIT: f64 = 1.5;
-
-/// Share of the quota kept in reserve for answers already in flight.
-pub const RESERVE: f64 = 0.05;
-
-/// Smoothing of the counts used and of the time between readings.
-pub const RATE_ALPHA: f64 = 0.2;
+impl Default for QuotaParams {
+    fn default() -> Self {
+        Self {
+            min_factor: 0.01,
+            gain: 0.5,
+            step_limit: 1.5,
+            reserve: 0.05,
+            rate_alpha: 0.2,
+            refill: 0.1,
+        }
+    }
+}
 
 /// Which quota a reading is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,7 +97,7 @@ pub struct QuotaView {
     pub limit: Option<u64>,
     /// When the window refills (routing clock, µs), when announced.
     pub reset_at_us: Option<u64>,
-    /// The pacing factor this quota currently asks for, in [`MIN_FACTOR`]..=1.
+    /// The pacing factor this quota currently asks for, in `min_factor..=1`.
     pub factor: f64,
 }
 
@@ -125,14 +144,14 @@ fn fopt(cell: &AtomicU64) -> Option<f64> {
     opt(cell).map(f64::from_bits)
 }
 
-fn ewma(cell: &AtomicU64, x: f64) -> f64 {
+fn ewma(cell: &AtomicU64, x: f64, alpha: f64) -> f64 {
     let mut out = x;
     let _ = cell.fetch_update(Relaxed, Relaxed, |cur| {
         out = if cur == NONE {
             x
         } else {
             let o = f64::from_bits(cur);
-            o + RATE_ALPHA * (x - o)
+            o + alpha * (x - o)
         };
         Some(out.to_bits())
     });
@@ -140,7 +159,14 @@ fn ewma(cell: &AtomicU64, x: f64) -> f64 {
 }
 
 impl Gauge {
-    fn observe(&self, remaining: u64, limit: Option<u64>, reset_at: Option<u64>, now: u64) {
+    fn observe(
+        &self,
+        remaining: u64,
+        limit: Option<u64>,
+        reset_at: Option<u64>,
+        now: u64,
+        p: &QuotaParams,
+    ) {
         let prev_remaining = opt(&self.remaining);
         let prev_read = opt(&self.read_at);
         let prev_reset = opt(&self.reset_at);
@@ -148,11 +174,15 @@ impl Gauge {
         self.read_at.store(now, Relaxed);
         self.limit.store(limit.unwrap_or(NONE), Relaxed);
         self.reset_at.store(reset_at.unwrap_or(NONE), Relaxed);
-        // A count that rises by more than a tenth of the limit is a refill; smaller rises are
+        // A count that rises by more than `refill` of the limit is a refill; smaller rises are
         // answers read out of order.
         let new_window = match (prev_remaining, prev_reset) {
             (None, _) => true,
-            (Some(p), _) if remaining > p + (limit.unwrap_or(p) / 10).max(1) => true,
+            (Some(prev), _)
+                if remaining > prev + ((limit.unwrap_or(prev) as f64 * p.refill) as u64).max(1) =>
+            {
+                true
+            }
             (_, Some(r)) => now >= r,
             _ => false,
         };
@@ -165,24 +195,36 @@ impl Gauge {
             self.gap.store(NONE, Relaxed);
             return;
         };
-        let used = ewma(&self.used, prev_remaining as f64 - remaining as f64);
-        let gap = ewma(&self.gap, now.saturating_sub(prev_read) as f64);
+        let used = ewma(
+            &self.used,
+            prev_remaining as f64 - remaining as f64,
+            p.rate_alpha,
+        );
+        let gap = ewma(
+            &self.gap,
+            now.saturating_sub(prev_read) as f64,
+            p.rate_alpha,
+        );
         let Some(reset_at) = reset_at else { return };
         let left_us = reset_at.saturating_sub(now) as f64;
         if left_us <= 0.0 || gap <= 0.0 {
             return;
         }
         let rate = used / gap;
-        let reserve = RESERVE * limit.unwrap_or(remaining) as f64;
+        let reserve = p.reserve * limit.unwrap_or(remaining) as f64;
         let fits = ((remaining as f64 - reserve).max(0.0)) / left_us;
         let ratio = if rate > 0.0 {
-            (fits / rate).powf(GAIN)
+            (fits / rate).powf(p.gain)
         } else {
-            STEP_LIMIT
+            p.step_limit
         };
-        let step = ratio.clamp(1.0 / STEP_LIMIT, STEP_LIMIT);
+        let step = ratio.clamp(1.0 / p.step_limit, p.step_limit);
         let _ = self.factor.fetch_update(Relaxed, Relaxed, |f| {
-            Some((f64::from_bits(f) * step).clamp(MIN_FACTOR, 1.0).to_bits())
+            Some(
+                (f64::from_bits(f) * step)
+                    .clamp(p.min_factor, 1.0)
+                    .to_bits(),
+            )
         });
     }
 
@@ -223,10 +265,11 @@ impl Quotas {
         limit: Option<u64>,
         reset_in_us: Option<u64>,
         now: u64,
+        p: &QuotaParams,
     ) {
         self.seen.store(1, Relaxed);
         let reset_at = reset_in_us.map(|r| now.saturating_add(r));
-        self.gauges[kind.slot()].observe(remaining, limit, reset_at, now);
+        self.gauges[kind.slot()].observe(remaining, limit, reset_at, now, p);
     }
 
     /// Whether any quota was ever announced.
@@ -266,6 +309,19 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000;
+    const P: QuotaParams = QuotaParams {
+        min_factor: 0.01,
+        gain: 0.5,
+        step_limit: 1.5,
+        reserve: 0.05,
+        rate_alpha: 0.2,
+        refill: 0.1,
+    };
+
+    #[test]
+    fn the_test_constants_are_the_defaults() {
+        assert_eq!(P, QuotaParams::default());
+    }
 
     /// A fleet using `rate` per second of a 60-second window of `limit`, read every `every_us`
     /// by one sidecar, from `start` (µs into the window) for `secs` seconds. Returns the final
@@ -283,6 +339,7 @@ mod tests {
                 Some(limit),
                 Some(reset_in),
                 t,
+                &P,
             );
             t += every_us;
         }
@@ -315,7 +372,7 @@ mod tests {
         // (6000 - 200·t - 300) / (60 - t), well below 200/s.
         drive(&q, 6000, 200.0, 0, 10, 200_000);
         let f = q.factor(10 * S);
-        assert!((MIN_FACTOR..0.6).contains(&f), "{f}");
+        assert!((P.min_factor..0.6).contains(&f), "{f}");
     }
 
     #[test]
@@ -335,6 +392,7 @@ mod tests {
                 Some(6000),
                 Some(120 * S - t),
                 t,
+                &P,
             );
         }
         assert!(q.factor(70 * S) > 0.99, "{}", q.factor(70 * S));
@@ -343,7 +401,7 @@ mod tests {
     #[test]
     fn an_exhausted_quota_is_reported_until_its_reset() {
         let q = Quotas::default();
-        q.observe(QuotaKind::Tokens, 0, Some(1000), Some(5 * S), 10 * S);
+        q.observe(QuotaKind::Tokens, 0, Some(1000), Some(5 * S), 10 * S, &P);
         assert_eq!(q.exhausted_until(11 * S), Some(15 * S));
         assert_eq!(q.exhausted_until(15 * S), None);
         assert_eq!(QuotaKind::Tokens.as_str(), "tokens");
@@ -357,10 +415,17 @@ mod tests {
             // Counts falling at 100/s with ±30 of reordering noise.
             let noise = if i % 2 == 0 { 30 } else { 0 };
             let remaining = 20_000u64.saturating_sub(i * 20) + noise;
-            q.observe(QuotaKind::Requests, remaining, None, Some(60 * S - t), t);
+            q.observe(
+                QuotaKind::Requests,
+                remaining,
+                None,
+                Some(60 * S - t),
+                t,
+                &P,
+            );
             t += 200_000;
         }
         let f = q.factor(t);
-        assert!(f.is_finite() && (MIN_FACTOR..=1.0).contains(&f), "{f}");
+        assert!(f.is_finite() && (P.min_factor..=1.0).contains(&f), "{f}");
     }
 }

@@ -16,132 +16,13 @@
 use super::attempt::Mode;
 use super::keyed_shares::SmoothedShare;
 use super::load::charged_latency;
+use super::params::{RoutingParams, RuleParams};
 use super::pressure::now_us;
 use super::rng::RngSource;
 use super::tracker::{CandidateStats, Snapshot};
 
-/// Raw weight of a cold candidate, relative to the best warm candidate's 1.0.
-pub const COLD_WEIGHT: f64 = 0.25;
-
-/// Lower bound on the success rate when inflating latency, so a dead candidate stays finite.
-pub const MIN_SUCCESS: f64 = 0.001;
-
-/// Lower bound on latency (µs) used in scoring, so a 0 µs sample cannot divide by zero.
-pub const MIN_LATENCY_US: f64 = 1.0;
-
-/// Requests sent at a steady pace that each take `L` are, while waiting, `L / 2` old on
-/// average: twice the mean waiting age estimates the latency they are getting now.
-pub const WAIT_AGE_FACTOR: f64 = 2.0;
-
-/// Part of the latency EWMA taken off the waiting-age estimate: it counts once it exceeds
-/// 1.5 × the EWMA. One request waiting is anywhere from 0 to its latency old, so twice its age
-/// overshoots that latency half the time, by up to 2×; without the slack that noise charges
-/// every busy candidate a premium and hands its traffic to slower ones. A stall still shows
-/// within about one latency.
-pub const WAIT_AGE_SLACK: f64 = 0.5;
-
 /// Candidate count up to which [`choose`] works entirely on the stack.
 pub const INLINE_CANDIDATES: usize = 16;
-
-/// Tunables of the routing algorithm (from the config's routing section).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RoutingParams {
-    /// EWMA smoothing in (0, 1]: new = alpha*sample + (1-alpha)*old.
-    pub ewma_alpha: f64,
-    /// Exploitation exponent k: raw weight = (best_effective / effective)^k.
-    pub exploit_k: f64,
-    /// Minimum traffic share every candidate keeps, so slow ones are still probed.
-    pub probe_floor: f64,
-    /// Error rate (1 - success) above which a candidate is "degraded" and pins are ignored.
-    pub error_threshold: f64,
-}
-
-impl Default for RoutingParams {
-    /// The defaults chosen with `sturnus simulate` (see docs/routing.md): with the waiting age,
-    /// a sharp exponent and a fast EWMA win the incident scenarios, and the congestion discount
-    /// keeps them from herding.
-    fn default() -> Self {
-        Self {
-            ewma_alpha: 0.4,
-            exploit_k: 6.0,
-            probe_floor: 0.01,
-            error_threshold: 0.5,
-        }
-    }
-}
-
-/// The accepted range of one routing parameter: the single definition that config validation
-/// and [`RoutingParams::check`] both use.
-#[derive(Debug, Clone, Copy)]
-pub struct ParamRange {
-    /// The `[routing]` key.
-    pub key: &'static str,
-    /// Whether a value is in range.
-    pub ok: fn(f64) -> bool,
-    /// The range in words, for error messages ("> 0 and <= 1").
-    pub rule: &'static str,
-}
-
-impl RoutingParams {
-    /// `ewma_alpha`: (0, 1].
-    pub const EWMA_ALPHA: ParamRange = ParamRange {
-        key: "ewma_alpha",
-        ok: |x| x > 0.0 && x <= 1.0,
-        rule: "> 0 and <= 1",
-    };
-    /// `exploit_k`: (0, 20].
-    pub const EXPLOIT_K: ParamRange = ParamRange {
-        key: "exploit_k",
-        ok: |x| x > 0.0 && x <= 20.0,
-        rule: "> 0 and <= 20",
-    };
-    /// `probe_floor`: [0, 0.5].
-    pub const PROBE_FLOOR: ParamRange = ParamRange {
-        key: "probe_floor",
-        ok: |x| (0.0..=0.5).contains(&x),
-        rule: ">= 0 and <= 0.5",
-    };
-    /// `error_threshold`: (0, 1].
-    pub const ERROR_THRESHOLD: ParamRange = ParamRange {
-        key: "error_threshold",
-        ok: |x| x > 0.0 && x <= 1.0,
-        rule: "> 0 and <= 1",
-    };
-
-    /// These parameters with `exploit_k` scaled by `factor`, the exponent of a keyed pick
-    /// ([`super::keyed_hits`]); a factor that is not finite and positive changes nothing.
-    pub fn with_exploit_factor(&self, factor: f64) -> RoutingParams {
-        if factor.is_finite() && factor > 0.0 {
-            RoutingParams {
-                exploit_k: sane_k(self.exploit_k) * factor,
-                ..*self
-            }
-        } else {
-            *self
-        }
-    }
-
-    /// Range check against the same ranges config validation uses; `Err` names the offending
-    /// key and its range.
-    pub fn check(&self) -> Result<(), ParamOutOfRange> {
-        for (range, value) in [
-            (Self::EWMA_ALPHA, self.ewma_alpha),
-            (Self::EXPLOIT_K, self.exploit_k),
-            (Self::PROBE_FLOOR, self.probe_floor),
-            (Self::ERROR_THRESHOLD, self.error_threshold),
-        ] {
-            if !(range.ok)(value) {
-                return Err(ParamOutOfRange(range));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A routing parameter outside its [`ParamRange`] ("exploit_k must be > 0 and <= 20").
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("{} must be {}", .0.key, .0.rule)]
-pub struct ParamOutOfRange(pub ParamRange);
 
 /// Result of [`choose`]: which candidate (config order) and whether a pin decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +48,7 @@ enum Score {
     },
     /// No usable latency in this mode yet.
     Cold {
-        /// The success rate, clamped to `[MIN_SUCCESS, 1]`, so a cold candidate that keeps
+        /// The success rate, clamped to `[min_success, 1]`, so a cold candidate that keeps
         /// failing before any response (refused connects, DNS) still loses its share.
         success: f64,
         /// A `Retry-After` back-off is in force.
@@ -226,18 +107,19 @@ impl Stake {
 }
 
 /// The single scoring function. A warm candidate's speed is `success / latency`, with success
-/// clamped to `[MIN_SUCCESS, 1]` and latency to at least `MIN_LATENCY_US`. The latency is the
-/// EWMA, or [`WAIT_AGE_FACTOR`] times the mean age of the requests still waiting for their
-/// first chunk less [`WAIT_AGE_SLACK`] times the EWMA, when that is larger (see
+/// clamped to `[min_success, 1]` and latency to at least `min_latency_us` ([`super::params::ScoreParams`]).
+/// The latency is the EWMA, or the waiting age's `factor` times the mean age of the requests
+/// still waiting for their first chunk less its `slack` times the EWMA, when that is larger (see
 /// [`super::pressure`]). Ratios of speeds are inverse ratios of effective latencies, and this
 /// form needs one division per candidate instead of two. `k` is the exponent from [`sane_k`].
 #[inline]
-fn score(s: &Snapshot, k: f64) -> Score {
+fn score(s: &Snapshot, k: f64, rule: &RuleParams) -> Score {
+    let (bounds, wait) = (&rule.score, &rule.wait_age);
     // A NaN success rate (never produced by the tracker) counts as the worst.
     let success = if s.success.is_nan() {
-        MIN_SUCCESS
+        bounds.min_success
     } else {
-        s.success.clamp(MIN_SUCCESS, 1.0)
+        s.success.clamp(bounds.min_success, 1.0)
     };
     let backed_off = s.backed_off;
     match s.latency_us {
@@ -245,13 +127,19 @@ fn score(s: &Snapshot, k: f64) -> Score {
         Some(lat) if (0.0..f64::INFINITY).contains(&lat) => {
             let lat = match s
                 .wait_age_us
-                .map(|age| WAIT_AGE_FACTOR * age - WAIT_AGE_SLACK * lat)
+                .map(|age| wait.factor * age - wait.slack * lat)
             {
                 Some(waiting) if waiting > lat => waiting,
                 _ => lat,
             };
-            let lat = charged_latency(lat, s.load_slope_us, s.inflight, s.load_mean_inflight);
-            let speed = success / lat.max(MIN_LATENCY_US);
+            let lat = charged_latency(
+                lat,
+                s.load_slope_us,
+                s.inflight,
+                s.load_mean_inflight,
+                &rule.load,
+            );
+            let speed = success / lat.max(bounds.min_latency_us);
             Score::Warm {
                 speed: discounted(speed, s.discount, s.pacing, k),
                 backed_off,
@@ -279,7 +167,7 @@ fn discounted(speed: f64, d: f64, f: f64, k: f64) -> f64 {
 
 /// The exponent to use: `exploit_k` if finite and >= 0, else the default.
 #[inline]
-fn sane_k(k: f64) -> f64 {
+pub(crate) fn sane_k(k: f64) -> f64 {
     if (0.0..f64::INFINITY).contains(&k) {
         k
     } else {
@@ -318,7 +206,7 @@ fn with_scratch<R>(n: usize, f: impl FnOnce(&mut [Score], &mut [Stake]) -> R) ->
 /// /status and the tests (the picks score the live statistics the same way). Writes
 /// `min(snaps.len(), out.len())` shares and zeroes any extra `out` slots.
 ///
-/// Raw weight = (best_effective / effective)^k for warm candidates, [`COLD_WEIGHT`] for cold
+/// Raw weight = (best_effective / effective)^k for warm candidates, `cold_weight` ([`super::params::ScoreParams`]) for cold
 /// ones (all equal when every candidate is cold); then normalised and floored at
 /// `probe_floor` (an even split if `n * probe_floor >= 1`). Backed-off candidates get 0 and are
 /// left out of the floor, unless every candidate is backed off (then back-off is ignored).
@@ -329,7 +217,7 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let k = sane_k(params.exploit_k);
     with_scratch(n, |scores, stakes| {
         for (score_of, snap) in scores.iter_mut().zip(snaps) {
-            *score_of = score(snap, k);
+            *score_of = score(snap, k, &params.rule);
         }
         let split = share_out(scores, params, stakes);
         for (o, stake) in out.iter_mut().zip(stakes.iter()) {
@@ -339,7 +227,7 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
 }
 
 /// Raw weights (before normalising and the probe floor) for one alias's candidates: the best
-/// warm candidate has 1.0, a cold one [`COLD_WEIGHT`] (1.0 when nothing is warm), scaled as in
+/// warm candidate has 1.0, a cold one `cold_weight` ([`super::params::ScoreParams`]) (1.0 when nothing is warm), scaled as in
 /// [`shares`]; a backed-off one 0. Shown on /status next to the shares. Writes
 /// `min(snaps.len(), out.len())` values.
 pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
@@ -347,7 +235,7 @@ pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let k = sane_k(params.exploit_k);
     with_scratch(n, |scores, stakes| {
         for (score_of, snap) in scores.iter_mut().zip(snaps) {
-            *score_of = score(snap, k);
+            *score_of = score(snap, k, &params.rule);
         }
         weigh(scores, params, stakes);
         let raw = Split {
@@ -405,7 +293,11 @@ fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Weighed
     // With nothing warm, cold candidates split evenly (scaled by success^k, so one that keeps
     // failing before any response still yields); otherwise a cold one probes at a quarter of
     // the best's weight, scaled the same way. The best warm candidate has weight 1.
-    let cold_weight = if best <= 0.0 { 1.0 } else { COLD_WEIGHT };
+    let cold_weight = if best <= 0.0 {
+        1.0
+    } else {
+        params.rule.score.cold_weight
+    };
     let inv_best = if best <= 0.0 { 0.0 } else { 1.0 / best };
     let mut weighed = Weighed {
         sum: 0.0,
@@ -650,11 +542,18 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
 ) -> usize {
     // Conversations keep their candidate through lulls: moving one costs its cache.
     let lulled = match keyed {
-        None => super::lull::lulled(clock(), cands.len()),
+        None => super::lull::lulled(clock(), cands.len(), &params.rule.lull),
         Some(_) => None,
     };
     // A keyed pick weighs with the exponent its alias's keyed hit rate sets.
-    let params = &keyed.map_or(*params, |k| params.with_exploit_factor(k.exploit));
+    let sharpened;
+    let params = match keyed {
+        Some(k) => {
+            sharpened = params.with_exploit_factor(k.exploit);
+            &sharpened
+        }
+        None => params,
+    };
     let k = sane_k(params.exploit_k);
     with_scratch(cands.len(), |scores, stakes| {
         for (i, (score_of, c)) in scores.iter_mut().zip(cands).enumerate() {
@@ -666,9 +565,9 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
                 c.snapshot(mode)
             };
             if lulled == Some(i) && c.takes_lulls() {
-                snap.discount += super::lull::DISCOUNT;
+                snap.discount += params.rule.lull.discount;
             }
-            *score_of = score(&snap, k);
+            *score_of = score(&snap, k, &params.rule);
         }
         let split = share_out(scores, params, stakes);
         let shares = stakes.iter().map(|s| s.share(split));
@@ -676,7 +575,10 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
             let smoothed = (k.smoothed.len() == cands.len()).then_some(k.smoothed);
             let candidates = k.identities.iter().zip(shares.clone()).enumerate().map(
                 |(i, (&identity, share))| match smoothed {
-                    Some(cells) => (identity, cells[i].follow(mode, share)),
+                    Some(cells) => (
+                        identity,
+                        cells[i].follow(mode, share, params.rule.keyed.smoothing),
+                    ),
                     None => (identity, share),
                 },
             );
@@ -731,7 +633,9 @@ pub fn shares_for_at<C: AsRef<CandidateStats>>(
 #[cfg(test)]
 mod tests {
     use super::super::attempt::Outcome;
-    use super::super::keyed_shares::KEYED_SMOOTHING;
+    use super::super::keyed_hits::KeyedParams;
+    use super::super::lull::LullParams;
+    use super::super::params::ScoreParams;
     use super::super::rng::SplitMix64;
     use super::*;
     use std::sync::Arc;
@@ -1191,7 +1095,7 @@ mod tests {
         let partway: Vec<f64> = before_shares
             .iter()
             .zip(&after_shares)
-            .map(|(b, a)| b + KEYED_SMOOTHING * (a - b))
+            .map(|(b, a)| b + KeyedParams::default().smoothing * (a - b))
             .collect();
         let mut moved_smoothed = 0;
         let mut moved_at_once = 0;
@@ -1366,12 +1270,17 @@ mod tests {
             ..Snapshot::COLD
         };
         let s = run(&[warm(100.0, 1.0), cold_waiting], &no_floor());
-        assert_close(s[1] / s[0], COLD_WEIGHT);
+        assert_close(s[1] / s[0], ScoreParams::default().cold_weight);
     }
 
     #[test]
     fn a_lull_lightens_its_candidate_in_unkeyed_picks_only() {
-        use super::super::lull::{DISCOUNT, SETTLE_US, WINDOW_US};
+        let LullParams {
+            discount,
+            settle_us,
+            window_us,
+            ..
+        } = LullParams::default();
         let p = RoutingParams::default();
         let mut rng = SplitMix64::new(21);
         let n = 20_000;
@@ -1384,13 +1293,13 @@ mod tests {
                 .count();
             first as f64 / n as f64
         };
-        // Two equal candidates; the first one's lull runs from 0 to WINDOW_US (offset 0 here).
+        // Two equal candidates; the first one's lull runs from 0 to window_us (offset 0 here).
         let cands = vec![stats(Some(100.0), 0), stats(Some(100.0), 0)];
-        let lightened = (-DISCOUNT).exp();
+        let lightened = (-discount).exp();
         let expected = lightened / (1.0 + lightened);
-        let during = share_of_first(&cands, SETTLE_US, &mut rng);
+        let during = share_of_first(&cands, settle_us, &mut rng);
         assert!((during - expected).abs() < 0.015, "{during} vs {expected}");
-        let after = share_of_first(&cands, WINDOW_US, &mut rng);
+        let after = share_of_first(&cands, window_us, &mut rng);
         assert!((after - 0.5).abs() < 0.015, "{after}");
         // The latency-only tracker keeps no discount, and no lull either.
         let seed: Vec<_> = (0..2)
@@ -1400,7 +1309,7 @@ mod tests {
                 s
             })
             .collect();
-        let during = share_of_first(&seed, SETTLE_US, &mut rng);
+        let during = share_of_first(&seed, settle_us, &mut rng);
         assert!((during - 0.5).abs() < 0.015, "{during}");
         // A conversation keeps its candidate through the lull.
         let identities = [1u64, 2];
@@ -1427,7 +1336,7 @@ mod tests {
                 })
                 .count()
         };
-        assert_eq!(keys_on_first(SETTLE_US), keys_on_first(WINDOW_US));
+        assert_eq!(keys_on_first(settle_us), keys_on_first(window_us));
     }
 
     #[test]
@@ -1518,7 +1427,7 @@ mod tests {
         let mut rng = SplitMix64::new(8);
         let cands = vec![stats(Some(100.0), 0), stats(Some(110.0), 0)];
         // After the first lull, so that no candidate is lightened (see `lull`).
-        let t = super::super::lull::WINDOW_US;
+        let t = LullParams::default().window_us;
         cands[0].back_off_until(t + 1_000);
         cands[1].back_off_until(t + 1_000);
         let during = shares_for_at(&cands, Mode::NonStreaming, &p, t + 500);
@@ -1581,7 +1490,7 @@ mod tests {
         );
         assert_eq!(w[0], 1.0);
         assert!((w[1] - 0.125).abs() < 1e-12, "{w:?}");
-        assert_eq!(w[2], COLD_WEIGHT);
+        assert_eq!(w[2], ScoreParams::default().cold_weight);
         let mut w = [0.0; 2];
         weights(&[Snapshot::COLD, Snapshot::COLD], &params, &mut w);
         assert_eq!(w, [1.0, 1.0]);

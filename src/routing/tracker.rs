@@ -7,8 +7,9 @@
 use super::attempt::{ErrorKind, Mode, Outcome};
 use super::congestion::Congestion;
 use super::load::Load;
+use super::params::RoutingParams;
 use super::pressure::Pressure;
-use super::quota::{QuotaKind, QuotaView, Quotas};
+use super::quota::{QuotaKind, QuotaParams, QuotaView, Quotas};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -245,18 +246,30 @@ impl CandidateStats {
     /// The answer comes from the request's own [`WaitGuard`], so its latency, its send-time
     /// load and its outcome always belong to the same request, however many run at once.
     /// `in_lull` when it was sent in the candidate's lull; `at_us` is now on the routing clock.
-    pub fn record_answer(&self, answer: &Answer, in_lull: bool, alpha: f64, at_us: u64) {
+    pub fn record_answer(
+        &self,
+        answer: &Answer,
+        in_lull: bool,
+        params: &RoutingParams,
+        at_us: u64,
+    ) {
         let i = answer.mode.slot();
         if self.congestion_on {
             self.congestion.answer(
                 answer.mode,
                 answer.latency_us,
                 in_lull,
-                sane_alpha(alpha),
+                sane_alpha(params.ewma_alpha),
                 Some(at_us),
+                &params.rule.congestion,
             );
         }
-        self.load[i].answer(answer.inflight_at_send, answer.latency_us, at_us);
+        self.load[i].answer(
+            answer.inflight_at_send,
+            answer.latency_us,
+            at_us,
+            &params.rule.load,
+        );
     }
 
     /// Remember why and when (unix ms) the latest failure happened.
@@ -364,9 +377,10 @@ impl CandidateStats {
         limit: Option<u64>,
         reset_in_us: Option<u64>,
         now_us: u64,
+        p: &QuotaParams,
     ) {
         self.quotas
-            .observe(kind, remaining, limit, reset_in_us, now_us);
+            .observe(kind, remaining, limit, reset_in_us, now_us, p);
         if let Some(reset) = self.quotas.exhausted_until(now_us) {
             self.back_off_until(reset);
         }
@@ -942,7 +956,7 @@ mod tests {
             for (k, (guard, answer)) in answers.into_iter().rev().enumerate() {
                 stats.record_outcome(Outcome::Success, 0.4);
                 let at = round_start + 1_000_000 + 10_000 * k as u64;
-                stats.record_answer(&answer, false, 0.4, at);
+                stats.record_answer(&answer, false, &RoutingParams::default(), at);
                 drop(guard);
             }
             round_start = 2_000_000 * (round + 1);

@@ -32,7 +32,7 @@ pub mod scenario_file;
 pub mod strategy;
 pub mod sturnus;
 
-use crate::routing::ParamOutOfRange;
+use crate::routing::{ParamOutOfRange, RuleOverrideError};
 use report::Report;
 use scenario::{Scenario, Size};
 use std::path::PathBuf;
@@ -44,6 +44,9 @@ pub enum SimulateError {
     /// A what-if flag is outside its parameter's range.
     #[error(transparent)]
     Param(#[from] ParamOutOfRange),
+    /// A `--param` names no constant of the rule or holds no valid value.
+    #[error(transparent)]
+    RuleParam(#[from] RuleOverrideError),
     /// `--scenario` names no built-in scenario.
     #[error("unknown scenario {name:?} (expected one of {known})")]
     UnknownScenario {
@@ -123,11 +126,15 @@ pub struct SimulateArgs {
     /// Run the "sturnus" contender without the congestion discount.
     #[arg(long)]
     pub no_congestion: bool,
+    /// Run the "sturnus" contender with one constant of the rule changed (repeatable):
+    /// `<factor>.<name>=<value>`, e.g. `congestion.gain=0.5` (docs/routing.md lists them).
+    #[arg(long = "param", value_name = "FACTOR.NAME=VALUE")]
+    pub params: Vec<String>,
 }
 
 impl SimulateArgs {
     /// The "sturnus" contender these flags describe; `Err` names a parameter out of range.
-    pub fn variant(&self) -> Result<Variant, ParamOutOfRange> {
+    pub fn variant(&self) -> Result<Variant, SimulateError> {
         let mut v = Variant::current();
         if let Some(k) = self.exploit_k {
             v.params.exploit_k = k;
@@ -136,6 +143,7 @@ impl SimulateArgs {
             v.params.ewma_alpha = a;
         }
         v.params.check()?;
+        v.params.rule = v.params.rule.with_overrides(&self.params)?;
         v.wait_age &= !self.no_wait_age;
         v.retry_after &= !self.no_retry_after;
         v.congestion &= !self.no_congestion;
@@ -273,7 +281,7 @@ pub fn main(args: &SimulateArgs) -> i32 {
     if let Some(n) = args.family {
         return family_main(args, n, size);
     }
-    let run = args.variant().map_err(SimulateError::from).and_then(|v| {
+    let run = args.variant().and_then(|v| {
         let scenarios = if args.sweep {
             family::sweep(size)?
         } else {
@@ -337,7 +345,7 @@ fn finish(
 
 /// `sturnus simulate --family N`: draws, runs and judges the family; returns the exit code.
 fn family_main(args: &SimulateArgs, n: usize, size: Size) -> i32 {
-    let run = args.variant().map_err(SimulateError::from).and_then(|v| {
+    let run = args.variant().and_then(|v| {
         let instances = family::instances(args.seed, n, family::FamilySize::of(size))?;
         if let Some(dir) = &args.family_out {
             let files: Vec<(String, &str)> = instances

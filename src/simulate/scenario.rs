@@ -343,7 +343,7 @@ pub fn contenders_for(current: Variant, scenario: &Scenario) -> Vec<Contender> {
 pub fn contenders(current: Variant) -> Vec<Contender> {
     vec![
         Contender::Sturnus(current),
-        Contender::Sturnus(Variant::LATENCY_ONLY),
+        Contender::Sturnus(Variant::latency_only()),
         Contender::Oracle,
         Contender::RoundRobin,
         Contender::Random,

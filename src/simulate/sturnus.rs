@@ -14,7 +14,7 @@ use super::strategy::Strategy;
 use crate::routing::lull::{self, Slot};
 use crate::routing::{
     self, CandidateStats, ErrorKind, Mode, Outcome, OwnedInflightGuard, QuotaKind, RoutingParams,
-    SplitMix64, WaitGuard,
+    RuleParams, SplitMix64, WaitGuard,
 };
 use std::sync::Arc;
 
@@ -44,20 +44,23 @@ pub struct Variant {
 impl Variant {
     /// The plain rule as a baseline: `exploit_k` 3, `ewma_alpha` 0.3, no waiting-age tracking,
     /// `Retry-After` ignored, no congestion discount (latency and outcome are all it records).
-    pub const LATENCY_ONLY: Variant = Variant {
-        label: "latency only, k 3",
-        params: RoutingParams {
-            ewma_alpha: 0.3,
-            exploit_k: 3.0,
-            probe_floor: 0.01,
-            error_threshold: 0.5,
-        },
-        wait_age: false,
-        retry_after: false,
-        congestion: false,
-        pacing: false,
-        prefix_affinity: false,
-    };
+    pub fn latency_only() -> Variant {
+        Variant {
+            label: "latency only, k 3",
+            params: RoutingParams {
+                ewma_alpha: 0.3,
+                exploit_k: 3.0,
+                probe_floor: 0.01,
+                error_threshold: 0.5,
+                rule: RuleParams::default(),
+            },
+            wait_age: false,
+            retry_after: false,
+            congestion: false,
+            pacing: false,
+            prefix_affinity: false,
+        }
+    }
 
     /// One line saying how this variant routes.
     pub fn describe(&self) -> String {
@@ -72,7 +75,13 @@ impl Variant {
             on(self.congestion),
             on(self.pacing),
             on(self.prefix_affinity)
-        )
+        ) + &self
+            .params
+            .rule
+            .changed_from(&RuleParams::default())
+            .iter()
+            .map(|c| format!(", {c}"))
+            .collect::<String>()
     }
 
     /// The current defaults with every tracker signal in use.
@@ -181,7 +190,9 @@ impl Strategy for Sturnus {
                 key: t.key(),
                 identities: &self.identities,
                 smoothed: &self.smoothed,
-                exploit: self.keyed_hits.exploit(MODE),
+                exploit: self
+                    .keyed_hits
+                    .exploit(MODE, &self.variant.params.rule.keyed),
             });
         self.picked_keyed = keyed.is_some();
         let params = &self.variant.params;
@@ -213,7 +224,8 @@ impl Strategy for Sturnus {
         let keyed = &mut self.keyed_sent[p];
         if let Some(i) = keyed.iter().position(|&at| at == sent) {
             keyed.swap_remove(i);
-            self.keyed_hits.record(MODE, response.cached);
+            self.keyed_hits
+                .record(MODE, response.cached, &self.variant.params.rule.keyed);
         }
         let stats = &self.stats[p];
         let alpha = self.variant.params.ewma_alpha;
@@ -231,7 +243,7 @@ impl Strategy for Sturnus {
             of: self.stats.len(),
         };
         let cached = response.cached && self.variant.prefix_affinity;
-        let in_lull = lull::unqueued_sample(sent, slot);
+        let in_lull = lull::unqueued_sample(sent, slot, &self.variant.params.rule.lull);
         if cached {
             stats.record_cached_latency(MODE, response.latency as f64, alpha);
         } else {
@@ -243,7 +255,7 @@ impl Strategy for Sturnus {
             outcome => {
                 stats.record_outcome(outcome, alpha);
                 if let (Outcome::Success, Some(answer), false) = (outcome, answer, cached) {
-                    stats.record_answer(&answer, in_lull, alpha, now);
+                    stats.record_answer(&answer, in_lull, &self.variant.params, now);
                 }
             }
         }
@@ -254,6 +266,7 @@ impl Strategy for Sturnus {
                 Some(q.limit),
                 Some(q.reset_in),
                 now,
+                &self.variant.params.rule.quota,
             );
         }
         if let (true, Some(secs)) = (self.variant.retry_after, retry_after_s) {
@@ -282,7 +295,7 @@ mod tests {
     #[test]
     fn latency_only_variant_records_latency_and_outcome_only() {
         let w = Providers::new(&[ProviderSpec::new("a", 1.0)], 1);
-        let mut s = Sturnus::new(2, Variant::LATENCY_ONLY);
+        let mut s = Sturnus::new(2, Variant::latency_only());
         let mut rng = SplitMix64::new(1);
         assert!(s.pick(0, &mut rng, &w) < 2);
         s.started(1, 0);

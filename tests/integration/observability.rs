@@ -937,6 +937,7 @@ fn docs_and_dashboard_name_only_real_metrics() {
         Some(2),
         None,
         0,
+        &Default::default(),
     );
     let metrics = sturnus::observe::Metrics::new(&catalog).unwrap();
     // The per-client families have series once a client is configured and refused once.

@@ -97,7 +97,9 @@ async fn traffic_spreads_over_providers_whose_latency_grows_with_their_load() {
     // of requests at 80-100% on a and gives b 12-15% of 900 requests. So the split is measured
     // over 900 requests and the bound asks that b carries five times its probe floor: piling
     // up would leave it at 1%.
-    let (a, b, proxy) = two_candidates("").await;
+    // The split is measured without the fleet's lulls (each lightens one candidate for a
+    // moment; the next test shows them), so nothing here depends on the wall clock.
+    let (a, b, proxy) = two_candidates(NO_LULLS).await;
     a.behaviour.set_latency(Duration::from_millis(10));
     b.behaviour.set_latency(Duration::from_millis(25));
     for p in [&a, &b] {
@@ -106,9 +108,6 @@ async fn traffic_spreads_over_providers_whose_latency_grows_with_their_load() {
     }
     let warm = drive(&proxy, 300, 12, false).await;
     assert_eq!(warm.len(), 300);
-    // The split is measured between the fleet's lulls (each lightens one candidate for a
-    // moment; the next test shows them).
-    clear_of_lulls(Duration::from_secs(15)).await;
     let settled = drive(&proxy, 900, 12, false).await;
     let settled = &settled[..];
     let (to_a, to_b) = (share(settled, "a"), share(settled, "b"));
@@ -120,31 +119,50 @@ async fn traffic_spreads_over_providers_whose_latency_grows_with_their_load() {
     assert!(to_a >= 0.4, "a {to_a}");
 }
 
+/// The rule's lulls turned off (`[routing.rule.lull]`), for tests that measure a split.
+const NO_LULLS: &str = "[routing.rule.lull]\ndiscount = 0\n";
+
+/// A lull period of 2^50 µs (about 36 years) that is a lull from start to end: the position
+/// it lightens, `(unix µs / 2^50) % 2`, stays the same for years, so a test knows it from the
+/// wall clock at once instead of waiting for a lull to come round.
+const LULL_PERIOD_US: u64 = 1 << 50;
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_lull_lightens_its_candidate_for_a_moment_on_the_wall_clock() {
-    // Two equally fast candidates split the traffic evenly, except during a lull: every
-    // sidecar then sends the candidate whose turn it is e^-1.5 (22%) of its weight, about 18%
-    // of the picks, for 1.5 s of every 20 s (sturnus::routing::lull). The lull's factor does
-    // not depend on `exploit_k`; at 1, the jitter between the two latency estimates tilts the
-    // split only a little, and the counts below fail by chance less than once in 10^4 runs.
-    let (a, b, proxy) = two_candidates("[routing]\nexploit_k = 1\n").await;
+async fn a_lull_lightens_its_candidate_in_every_unkeyed_pick_while_it_lasts() {
+    // Two equally fast candidates split the traffic evenly, except for the one in its lull:
+    // every sidecar then sends it e^-1.5 (22%) of its weight, about 18% of the picks. The
+    // lull's factor does not depend on `exploit_k`; at 1, the jitter between the two latency
+    // estimates tilts the split only a little. The lull here lasts for years (see
+    // LULL_PERIOD_US); a second proxy with lulls off splits the same providers evenly.
+    let lulls = format!(
+        "[routing]\nexploit_k = 1\n[routing.rule.lull]\nperiod_us = {LULL_PERIOD_US}\nwindow_us = {LULL_PERIOD_US}\nsettle_us = 0\n"
+    );
+    let plain_extra = format!("[routing]\nexploit_k = 1\n{NO_LULLS}");
+    let (a, b, config) = two_candidates_config(&lulls).await;
+    let proxy = Proxy::start(&config).await;
+    let plain = Proxy::start(&config.replace(&lulls, &plain_extra)).await;
     for p in [&a, &b] {
         p.behaviour.set_latency(Duration::from_millis(5));
     }
+    let unix_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let lightened = ["a", "b"][((unix_us / LULL_PERIOD_US) % 2) as usize];
     let warm = drive(&proxy, 100, 4, false).await;
     assert_eq!(warm.len(), 100);
-    let lightened = ["a", "b"][next_lull(2).await as usize];
-    // 0.4 s into the lull; 80 requests of about 5 ms, one at a time (no request waiting at
-    // either candidate to tilt the picks), end well before it.
-    let during = drive(&proxy, 80, 1, false).await;
+    // One request at a time: no request waiting at either candidate to tilt the picks.
+    let during = drive(&proxy, 400, 1, false).await;
     let in_lull = share(&during, lightened);
-    assert!(in_lull < 0.4, "{lightened} kept {in_lull} in its lull");
-    clear_of_lulls(Duration::from_secs(4)).await;
-    let after = drive(&proxy, 400, 4, false).await;
-    let out_of_lull = share(&after, lightened);
     assert!(
-        out_of_lull > in_lull + 0.1,
-        "{lightened}: {in_lull} in its lull, {out_of_lull} after"
+        (0.08..0.3).contains(&in_lull),
+        "{lightened} kept {in_lull} in its lull"
+    );
+    drive(&plain, 100, 4, false).await;
+    let even = share(&drive(&plain, 400, 1, false).await, lightened);
+    assert!(
+        even > in_lull + 0.15,
+        "{lightened}: {in_lull} in its lull, {even} without lulls"
     );
 }
 

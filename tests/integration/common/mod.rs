@@ -99,40 +99,6 @@ pub async fn two_candidates_config(extra: &str) -> (SimProvider, SimProvider, St
     (a, b, config)
 }
 
-/// Where the wall clock is in the lull rotation (`sturnus::routing::lull`): which period
-/// has begun and how far into it we are. sturnus aligns its lulls on the Unix epoch.
-fn lull_phase() -> (u64, Duration) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
-    let period = sturnus::routing::lull::PERIOD_US;
-    (now / period, Duration::from_micros(now % period))
-}
-
-/// Waits until the next `span` holds no lull, so that a split measured over it shows the
-/// shares without the fleet's periodic dips.
-pub async fn clear_of_lulls(span: Duration) {
-    let period = Duration::from_micros(sturnus::routing::lull::PERIOD_US);
-    let lull = Duration::from_micros(sturnus::routing::lull::WINDOW_US);
-    assert!(span + lull < period, "{span:?} cannot avoid a lull");
-    let (_, into) = lull_phase();
-    if into < lull || into + span > period {
-        let next_start = if into < lull { Duration::ZERO } else { period };
-        tokio::time::sleep(next_start + lull - into + Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits for the next lull to start and returns the position it lightens in an alias of `of`
-/// candidates, once its queue had time to settle (`sturnus::routing::lull::SETTLE_US`).
-pub async fn next_lull(of: u64) -> u64 {
-    let (period_index, into) = lull_phase();
-    let period = Duration::from_micros(sturnus::routing::lull::PERIOD_US);
-    let settle = Duration::from_micros(sturnus::routing::lull::SETTLE_US);
-    tokio::time::sleep(period - into + settle).await;
-    (period_index + 1) % of
-}
-
 /// A simulated provider `up` (with an optional API key) as alias `fast`'s one candidate, model
 /// `model`, and sturnus in front; `extra` is appended to the config (e.g. a `[routing]` table).
 pub async fn one_provider(model: &str, key: Option<&str>, extra: &str) -> (SimProvider, Proxy) {
