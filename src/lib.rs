@@ -20,6 +20,8 @@ pub mod config;
 pub(crate) mod container;
 #[cfg(feature = "tooling")]
 pub(crate) mod demo;
+#[cfg(feature = "tooling")]
+pub mod fake_provider;
 pub(crate) mod healthcheck;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics_listener;
@@ -30,5 +32,3 @@ pub mod routing;
 pub mod server;
 #[cfg(feature = "tooling")]
 pub mod simulate;
-#[cfg(feature = "tooling")]
-pub mod simulated;

@@ -1,5 +1,5 @@
 //! The black-box tests, as one test binary: each module starts the real sturnus binary on
-//! loopback (or runs its subcommands) against simulated providers. One binary links Pingora
+//! loopback (or runs its subcommands) against fake providers. One binary links Pingora
 //! once; run one module with `cargo test --test integration -- passthrough::`.
 
 mod common;
