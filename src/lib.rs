@@ -28,6 +28,8 @@ pub(crate) mod metrics_listener;
 pub mod observe;
 pub(crate) mod providers;
 pub mod proxy;
+#[cfg(test)]
+mod readme_tables;
 pub mod routing;
 pub mod server;
 #[cfg(feature = "tooling")]
