@@ -9,6 +9,7 @@ mod auth;
 mod cli;
 mod client_closed;
 mod connections;
+mod docs;
 mod edge_tls;
 mod errors;
 mod faults;
