@@ -1,6 +1,10 @@
-//! docs/reliability.md names, for every promise, the test that holds it: each named test exists,
-//! in the file the row names (or anywhere under `src/` and `tests/` when the row names none).
+//! What the docs claim about the code, checked: docs/reliability.md names, for every promise,
+//! the test that holds it, and each named test exists in the file the row names (or anywhere
+//! under `src/` and `tests/` when the row names none); the `/status` example of
+//! docs/observability.md has the fields a running sturnus serves.
 
+use crate::common::one_provider;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn root() -> &'static Path {
@@ -78,5 +82,76 @@ fn every_test_docs_reliability_names_exists_where_it_says() {
     assert!(
         missing.is_empty(),
         "docs/reliability.md names missing tests: {missing:#?}"
+    );
+}
+
+/// The path of every object key in `v` (`.a.b`; an array's elements share one path), and
+/// separately those whose value is `null`.
+#[derive(Default)]
+struct Fields {
+    all: std::collections::BTreeSet<String>,
+    null: Vec<String>,
+}
+
+impl Fields {
+    fn of(v: &Value) -> Fields {
+        let mut fields = Fields::default();
+        fields.walk(v, "");
+        fields
+    }
+
+    fn walk(&mut self, v: &Value, prefix: &str) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map {
+                    let path = format!("{prefix}.{k}");
+                    self.all.insert(path.clone());
+                    if child.is_null() {
+                        self.null.push(path.clone());
+                    }
+                    self.walk(child, &path);
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    self.walk(item, &format!("{prefix}[]"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The fields of `self` that `other` lacks, except below a field `other` has as `null`.
+    fn beyond(&self, other: &Fields) -> Vec<String> {
+        let below_null = |p: &String| other.null.iter().any(|n| p.starts_with(&format!("{n}.")));
+        self.all
+            .difference(&other.all)
+            .filter(|p| !below_null(p))
+            .cloned()
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_status_example_of_docs_observability_has_the_served_fields() {
+    let doc = std::fs::read_to_string(root().join("docs/observability.md")).unwrap();
+    let section = doc
+        .split_once("\n## /status\n")
+        .expect("a /status section")
+        .1;
+    let start = section.find("```json\n").expect("a JSON example") + "```json\n".len();
+    let len = section[start..].find("```").expect("a closed block");
+    let example: Value = serde_json::from_str(&section[start..start + len]).expect("JSON");
+    let (_sim, proxy) = one_provider("m", None, "").await;
+    let (documented, served) = (Fields::of(&example), Fields::of(&proxy.status().await));
+    let undocumented = served.beyond(&documented);
+    let unserved = documented.beyond(&served);
+    assert!(
+        undocumented.is_empty(),
+        "served, not in the example: {undocumented:?}"
+    );
+    assert!(
+        unserved.is_empty(),
+        "in the example, not served: {unserved:?}"
     );
 }
