@@ -1,7 +1,8 @@
 //! What the docs claim about the code, checked: docs/reliability.md names, for every promise,
 //! the test that holds it, and each named test exists in the file the row names (or anywhere
 //! under `src/` and `tests/` when the row names none); the `/status` example of
-//! docs/observability.md has the fields a running sturnus serves.
+//! docs/observability.md has the fields a running sturnus serves; the README's command line
+//! names only subcommands and flags the binary has.
 
 use crate::common::one_provider;
 use serde_json::Value;
@@ -154,4 +155,59 @@ async fn the_status_example_of_docs_observability_has_the_served_fields() {
         unserved.is_empty(),
         "in the example, not served: {unserved:?}"
     );
+}
+
+/// `sturnus ARGS --help`, as text.
+fn help(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sturnus"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sturnus {args:?} --help");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every `--flag` in `text`.
+fn flags(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_readme_command_line_names_real_subcommands_and_flags() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = readme
+        .split_once("\n## Command line\n")
+        .expect("a Command line section")
+        .1;
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let mut rows = 0;
+    for row in section.lines().filter(|l| l.starts_with("| `sturnus")) {
+        rows += 1;
+        let command = code_spans(row)[0];
+        let sub = command
+            .split_whitespace()
+            .nth(1)
+            .filter(|w| !w.starts_with('[') && !w.starts_with('-'));
+        let known = flags(&help(&sub.into_iter().collect::<Vec<_>>()));
+        for flag in flags(command) {
+            assert!(known.contains(&flag), "`{command}`: sturnus has no {flag}");
+        }
+    }
+    assert!(rows >= 5, "{rows} commands in README's table");
+    let global = section
+        .split_once("Global flags:")
+        .expect("a Global flags paragraph")
+        .1;
+    let global = &global[..global.find("Pingora's flags").unwrap_or(global.len())];
+    let top = help(&[]);
+    for flag in flags(global) {
+        assert!(
+            top.contains(&flag),
+            "README's global flag {flag} is not sturnus's"
+        );
+    }
 }
