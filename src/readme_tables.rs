@@ -1,14 +1,18 @@
-//! The README's endpoint and metric tables, checked against the code: the endpoint list and what
-//! the router serves, and the metric registry. (`tests/integration/cli.rs` checks the README's
-//! config blocks against `conf/config.example.toml` and `sturnus check`.)
+//! The README's endpoint, error and metric tables, checked against the code: the endpoint list
+//! and what the router serves, the error answers sturnus makes, and the metric registry.
+//! (`tests/integration/cli.rs` checks the README's config blocks against
+//! `conf/config.example.toml` and `sturnus check`.)
 
 use crate::admin::{self, ENDPOINTS, METRICS_LISTENER_PATHS};
+use crate::api::ApiError;
 use crate::app::App;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::observe::metrics::{Family, Metrics};
+use crate::providers::CredentialError;
 use crate::proxy::admission::{routed_suffix, ROUTED};
 use crate::proxy::held_object::ObjectRequest;
+use crate::routing::ErrorKind;
 use http::Method;
 use std::collections::BTreeMap;
 
@@ -39,11 +43,27 @@ fn table(heading: &str) -> Vec<Vec<String>> {
         .skip_while(|line| !line.starts_with('|'))
         .take_while(|line| line.starts_with('|'))
         .skip(2)
-        .map(|line| {
-            let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
-            inner.split(" | ").map(|c| c.trim().to_string()).collect()
-        })
+        .map(cells)
         .collect()
+}
+
+/// The cells of each row of the table whose header line is `header`, header and rule left out.
+fn table_after(header: &str) -> Vec<Vec<String>> {
+    let (_, after) = README
+        .split_once(&format!("\n{header}\n"))
+        .unwrap_or_else(|| panic!("README.md has no table headed {header}"));
+    after
+        .lines()
+        .take_while(|line| line.starts_with('|'))
+        .skip(1)
+        .map(cells)
+        .collect()
+}
+
+/// The cells of one table row, without the outer pipes.
+fn cells(line: &str) -> Vec<String> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    inner.split(" | ").map(|c| c.trim().to_string()).collect()
 }
 
 /// The text inside each pair of backticks of `cell`.
@@ -184,5 +204,64 @@ fn the_readme_metric_table_is_the_registry() {
     assert_eq!(
         readme, registered,
         "README's metric table (type and labels)"
+    );
+}
+
+/// Every error answer sturnus makes itself: one of each `ApiError` constructor, and the
+/// answer to each kind of transport failure.
+fn every_error() -> Vec<ApiError> {
+    let mut all = vec![
+        ApiError::invalid_request("not JSON", None),
+        ApiError::invalid_request("no model", Some("model")),
+        ApiError::model_not_found("x"),
+        ApiError::response_id_unrecognised("resp_1"),
+        ApiError::response_holder_not_configured("resp_1", "000000"),
+        ApiError::previous_response_elsewhere("resp_1", "fast"),
+        ApiError::unknown_path("GET", "/x"),
+        ApiError::method_not_allowed("GET", "/v1/chat/completions", "POST"),
+        ApiError::body_too_large(1),
+        ApiError::body_exceeds_budget(1),
+        ApiError::budget_busy(1, 1, 1),
+        ApiError::request_timeout("request header", std::time::Duration::from_secs(1)),
+        ApiError::malformed_http("x"),
+        ApiError::headers_too_large("x"),
+        ApiError::credential_unavailable("p", &CredentialError::InvalidUpstreamPath),
+        ApiError::invalid_api_key("x".into()),
+        ApiError::alias_not_allowed("svc", "fast"),
+        ApiError::client_rate_limited("svc", "max_inflight", 1, 1),
+    ];
+    all.extend(ErrorKind::ALL.map(|kind| ApiError::upstream("p", kind, "x")));
+    all
+}
+
+#[test]
+fn the_readme_error_table_is_every_error_sturnus_answers() {
+    let errors = table_after("| case | status | `code` |");
+    let mut listed = std::collections::BTreeSet::new();
+    for row in &errors {
+        let codes = code_spans(&row[2]).into_iter();
+        listed.extend(codes.filter(|c| c.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+    }
+    for err in every_error() {
+        let status = err.status.to_string();
+        let found = errors.iter().any(|row| {
+            row[1].contains(&status)
+                && match err.code {
+                    Some(code) => code_spans(&row[2]).contains(&code),
+                    None => row[2].starts_with('—'),
+                }
+        });
+        assert!(
+            found,
+            "README's error table has no row for {} {:?}",
+            err.status, err.code
+        );
+        if let Some(code) = err.code {
+            listed.remove(code);
+        }
+    }
+    assert!(
+        listed.is_empty(),
+        "README's error table names codes sturnus never answers: {listed:?}"
     );
 }
