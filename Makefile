@@ -18,7 +18,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 bootstrap:
 	@scripts/bootstrap.sh
 
-## Run the built-in demo: simulated providers, the real proxy, live routing tables (~20 s).
+## Run the built-in demo: fake providers, the real proxy, live routing tables (~20 s).
 demo: bootstrap
 	cargo run --quiet -- demo
 
@@ -46,7 +46,7 @@ static-arm64:
 	$(ARM64_ENV) cargo zigbuild --release --locked --no-default-features --target $(ARM64_TARGET)
 
 ## Run that binary in an arm64 Linux guest (qemu-system-aarch64) with an empty environment:
-## /health, a chat, a stream, against a simulated provider on this machine.
+## /health, a chat, a stream, against a fake provider on this machine.
 smoke-arm64: static-arm64
 	@ARM64_VM_DIR=$(TARGET_DIR)/arm64-vm scripts/bootstrap.sh static arm64-vm
 	STURNUS_ARM64_BIN=$(TARGET_DIR)/$(ARM64_TARGET)/release/sturnus ARM64_VM_DIR=$(TARGET_DIR)/arm64-vm \

@@ -1,4 +1,4 @@
-//! The benchmark's fast mock provider: [`sturnus::simulated::SimProvider`] as a standalone
+//! The benchmark's fast mock provider: [`sturnus::fake_provider::FakeProvider`] as a standalone
 //! process on a single-threaded runtime (so it can be pinned to one core), with recording off.
 //!
 //! ```text
@@ -13,11 +13,11 @@ use clap::Parser;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-use sturnus::simulated::{Behaviour, SimProvider};
+use sturnus::fake_provider::{Behaviour, FakeProvider};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
-/// A fast simulated OpenAI-compatible provider for benchmarks.
+/// A fast fake OpenAI-compatible provider for benchmarks.
 #[derive(Parser, Debug)]
 struct Args {
     /// Port on 127.0.0.1 for the provider.
@@ -54,7 +54,7 @@ fn main() {
 
 async fn run(args: Args) -> std::io::Result<()> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
-    let sim = SimProvider::start_on(&args.name, addr).await?;
+    let sim = FakeProvider::start_on(&args.name, addr).await?;
     sim.set_recording(false);
     let b = &sim.behaviour;
     b.set_latency(Duration::from_millis(args.latency_ms));

@@ -66,7 +66,7 @@ pub enum Command {
         #[arg(long, default_value_t = 5)]
         timeout: u64,
     },
-    /// Run a self-contained demo: simulated providers, the real proxy, live routing tables.
+    /// Run a self-contained demo: fake providers, the real proxy, live routing tables.
     #[cfg_attr(
         not(feature = "tooling"),
         command(about = "Run a self-contained demo (not in this build)")

@@ -20,15 +20,17 @@ pub mod config;
 pub(crate) mod container;
 #[cfg(feature = "tooling")]
 pub(crate) mod demo;
+#[cfg(feature = "tooling")]
+pub mod fake_provider;
 pub(crate) mod healthcheck;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics_listener;
 pub mod observe;
 pub(crate) mod providers;
 pub mod proxy;
+#[cfg(test)]
+mod readme_tables;
 pub mod routing;
 pub mod server;
 #[cfg(feature = "tooling")]
 pub mod simulate;
-#[cfg(feature = "tooling")]
-pub mod simulated;

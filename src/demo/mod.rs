@@ -1,4 +1,4 @@
-//! `sturnus demo`: three simulated providers, the real proxy in front of them, and live traffic.
+//! `sturnus demo`: three fake providers, the real proxy in front of them, and live traffic.
 //!
 //! Needs no keys and no network: a fast, a slow and a flaky provider run in-process on loopback,
 //! the real Pingora proxy routes between them under a generated config, and a table printed
@@ -9,14 +9,14 @@ mod table;
 
 use crate::app::App;
 use crate::config::Config;
+use crate::fake_provider::FakeProvider;
 use crate::observe::LogFormat;
-use crate::simulated::SimProvider;
 use driver::Tally;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How the demo's simulated providers behave at the start.
+/// How the demo's fake providers behave at the start.
 const PROVIDERS: [(&str, &str, u64); 3] = [
     ("swift", "swift-large", 40),
     ("steady", "steady-medium", 120),
@@ -63,8 +63,8 @@ pub fn run(seconds: u64, verbose: bool) -> i32 {
 /// Why the demo cannot start.
 #[derive(Debug, thiserror::Error)]
 enum DemoError {
-    /// A simulated provider cannot listen.
-    #[error("cannot start simulated provider {name}: {source}")]
+    /// A fake provider cannot listen.
+    #[error("cannot start fake provider {name}: {source}")]
     Provider {
         /// The provider's name.
         name: &'static str,
@@ -91,7 +91,7 @@ enum DemoError {
 async fn demo(seconds: u64) -> Result<(), DemoError> {
     let mut sims = Vec::new();
     for (name, _, latency_ms) in PROVIDERS {
-        let sim = SimProvider::start(name)
+        let sim = FakeProvider::start(name)
             .await
             .map_err(|source| DemoError::Provider { name, source })?;
         sim.set_recording(false);
@@ -108,9 +108,7 @@ async fn demo(seconds: u64) -> Result<(), DemoError> {
     std::thread::spawn(move || server.run_forever());
     driver::wait_healthy(listen).await?;
 
-    println!(
-        "sturnus demo: proxy on http://{listen}/v1, alias \"chat\" over three simulated providers"
-    );
+    println!("sturnus demo: proxy on http://{listen}/v1, alias \"chat\" over three fake providers");
     for (name, model, latency_ms) in PROVIDERS {
         let note = if name == "flaky" {
             ", fails 1 in 3 with 503"
@@ -143,8 +141,8 @@ async fn demo(seconds: u64) -> Result<(), DemoError> {
     Ok(())
 }
 
-/// The generated config: one alias over the three simulated providers.
-fn config_text(listen: SocketAddr, sims: &[SimProvider]) -> String {
+/// The generated config: one alias over the three fake providers.
+fn config_text(listen: SocketAddr, sims: &[FakeProvider]) -> String {
     let mut text = format!("listen = \"{listen}\"\n\n");
     for ((name, _, _), sim) in PROVIDERS.iter().zip(sims) {
         text.push_str(&format!(
@@ -176,7 +174,7 @@ mod tests {
     async fn generated_config_is_valid() {
         let mut sims = Vec::new();
         for (name, _, _) in PROVIDERS {
-            sims.push(SimProvider::start(name).await.unwrap());
+            sims.push(FakeProvider::start(name).await.unwrap());
         }
         let text = config_text("127.0.0.1:4999".parse().unwrap(), &sims);
         let config = Config::parse(&text, &|_| None).unwrap();

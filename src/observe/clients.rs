@@ -5,6 +5,7 @@
 //! credential; names from tokens beyond [`MAX_CLIENTS`] distinct ones share the label
 //! [`OTHER`], so a stream of new token subjects cannot grow the exposition without bound.
 
+use super::metrics::{register, Family};
 use prometheus::{IntCounterVec, Opts, Registry};
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -22,8 +23,11 @@ pub struct ClientMetrics {
 }
 
 impl ClientMetrics {
-    /// Registers both families in `registry`.
-    pub fn new(registry: &Registry) -> Result<ClientMetrics, prometheus::Error> {
+    /// Registers both families in `registry`, noting them in `families`.
+    pub fn new(
+        registry: &Registry,
+        families: &mut Vec<Family>,
+    ) -> Result<ClientMetrics, prometheus::Error> {
         let requests = IntCounterVec::new(
             Opts::new(
                 "sturnus_client_requests_total",
@@ -40,8 +44,8 @@ impl ClientMetrics {
             ),
             &["client", "limit"],
         )?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(rate_limited.clone()))?;
+        register(registry, families, Box::new(requests.clone()))?;
+        register(registry, families, Box::new(rate_limited.clone()))?;
         Ok(ClientMetrics {
             requests,
             rate_limited,
@@ -91,7 +95,7 @@ mod tests {
 
     #[test]
     fn names_beyond_the_cap_share_one_label() {
-        let m = ClientMetrics::new(&Registry::new()).unwrap();
+        let m = ClientMetrics::new(&Registry::new(), &mut Vec::new()).unwrap();
         for i in 0..MAX_CLIENTS {
             m.answered(&format!("c{i}"), 200);
         }

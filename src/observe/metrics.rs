@@ -8,6 +8,7 @@
 use crate::catalog::Catalog;
 use crate::providers::Provider;
 use crate::routing::{ErrorKind, Mode, QuotaKind};
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -92,9 +93,39 @@ impl RouteReason {
     }
 }
 
+/// What one registered metric family declares (the README's metric table is checked
+/// against these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Family {
+    /// The family's name.
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: String,
+    /// Its label names.
+    pub labels: Vec<String>,
+}
+
+/// Registers `collector` in `registry` and notes every family it declares in `families`.
+pub(super) fn register(
+    registry: &Registry,
+    families: &mut Vec<Family>,
+    collector: Box<dyn Collector>,
+) -> Result<(), prometheus::Error> {
+    for (desc, family) in collector.desc().iter().zip(collector.collect()) {
+        families.push(Family {
+            name: desc.fq_name.clone(),
+            kind: format!("{:?}", family.get_field_type()).to_lowercase(),
+            labels: desc.variable_labels.clone(),
+        });
+    }
+    registry.register(collector)
+}
+
 /// The registry and every sturnus metric family.
 pub struct Metrics {
     registry: Registry,
+    /// Every family registered, in registration order.
+    families: Vec<Family>,
     buffer_rejections: IntCounter,
     upstream_resends: IntCounter,
     /// `sturnus_provider_healthy` of each provider with an active health check.
@@ -255,19 +286,24 @@ impl Metrics {
             .map(|p| (p.clone(), healthy.with_label_values(&[p.name.as_str()])))
             .collect();
 
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(ttfc.clone()))?;
-        registry.register(Box::new(latency.clone()))?;
-        registry.register(Box::new(overhead.clone()))?;
-        registry.register(Box::new(errors.clone()))?;
-        registry.register(Box::new(buffer_rejections.clone()))?;
-        registry.register(Box::new(upstream_resends.clone()))?;
-        registry.register(Box::new(inflight.clone()))?;
-        registry.register(Box::new(share.clone()))?;
-        registry.register(Box::new(quota_ratio.clone()))?;
-        registry.register(Box::new(routes.clone()))?;
-        registry.register(Box::new(build_info))?;
-        registry.register(Box::new(healthy))?;
+        let mut families = Vec::new();
+        register(&registry, &mut families, Box::new(requests.clone()))?;
+        register(&registry, &mut families, Box::new(ttfc.clone()))?;
+        register(&registry, &mut families, Box::new(latency.clone()))?;
+        register(&registry, &mut families, Box::new(overhead.clone()))?;
+        register(&registry, &mut families, Box::new(errors.clone()))?;
+        register(
+            &registry,
+            &mut families,
+            Box::new(buffer_rejections.clone()),
+        )?;
+        register(&registry, &mut families, Box::new(upstream_resends.clone()))?;
+        register(&registry, &mut families, Box::new(inflight.clone()))?;
+        register(&registry, &mut families, Box::new(share.clone()))?;
+        register(&registry, &mut families, Box::new(quota_ratio.clone()))?;
+        register(&registry, &mut families, Box::new(routes.clone()))?;
+        register(&registry, &mut families, Box::new(build_info))?;
+        register(&registry, &mut families, Box::new(healthy))?;
 
         let mut aliases = Vec::with_capacity(catalog.aliases.len());
         for alias in &catalog.aliases {
@@ -311,10 +347,11 @@ impl Metrics {
             .enumerate()
             .map(|(i, a)| (a.name.clone(), i))
             .collect();
-        let clients = super::clients::ClientMetrics::new(&registry)?;
+        let clients = super::clients::ClientMetrics::new(&registry, &mut families)?;
         let metrics = Metrics {
             clients,
             registry,
+            families,
             buffer_rejections,
             upstream_resends,
             provider_healthy,
@@ -337,6 +374,11 @@ impl Metrics {
             Some(s.clone())
         });
         Tracked { series, mode }
+    }
+
+    /// Every metric family registered, series or not.
+    pub fn families(&self) -> &[Family] {
+        &self.families
     }
 
     /// Counts one request resent after writing it to a pooled connection failed.

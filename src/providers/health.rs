@@ -288,11 +288,11 @@ impl BackgroundService for HealthChecks {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::simulated::{Fault, SimProvider};
+    use crate::fake_provider::{FakeProvider, Fault};
     use std::time::{Duration, Instant};
 
     /// A provider named `p` in front of `sim`, with an API key and `health_check = {check}`.
-    fn provider(sim: &SimProvider, check: &str) -> Arc<Provider> {
+    fn provider(sim: &FakeProvider, check: &str) -> Arc<Provider> {
         let text = format!(
             "[provider.p]\nbase_url = \"{}/v1\"\napi_key = \"sk-health\"\nhealth_check = {check}\n\
              [model]\nm = [{{ provider = \"p\", model = \"x\" }}]\n",
@@ -316,7 +316,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_check_is_a_get_with_the_providers_host_and_auth_that_passes_on_2xx() {
-        let sim = SimProvider::start("hc").await.unwrap();
+        let sim = FakeProvider::start("hc").await.unwrap();
         let p = provider(&sim, "{ path = \"/health?deep=1\", interval_secs = 0.5 }");
         let probe = ProviderProbe::new(p, &settings()).unwrap();
         probe.check(&target()).await.unwrap();
@@ -353,7 +353,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_crate_flips_the_provider_after_consecutive_results_only() {
-        let sim = SimProvider::start("hc").await.unwrap();
+        let sim = FakeProvider::start("hc").await.unwrap();
         let p = provider(
             &sim,
             "{ path = \"/health\", unhealthy_after = 2, healthy_after = 2 }",
@@ -384,7 +384,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_background_service_checks_every_interval_until_shutdown() {
-        let sim = SimProvider::start("hc").await.unwrap();
+        let sim = FakeProvider::start("hc").await.unwrap();
         let p = provider(
             &sim,
             "{ path = \"/health\", interval_secs = 0.05, unhealthy_after = 1 }",

@@ -17,7 +17,7 @@ use pingora_core::Result;
 use pingora_proxy::Session;
 
 /// The OpenAI endpoints sturnus routes, by the path after `/v1`.
-const ROUTED: &[&str] = &[
+pub const ROUTED: &[&str] = &[
     "/chat/completions",
     "/completions",
     "/embeddings",

@@ -1,7 +1,7 @@
 //! The static `aarch64-unknown-linux-musl` binary (what the arm64 image ships), run on this
 //! machine in an arm64 Linux guest under `qemu-system-aarch64` (`scripts/arm64-vm.sh`) with an
 //! empty environment: it serves `/health` and proxies one chat completion and one stream to a
-//! simulated provider running natively, reached through qemu's user-mode network.
+//! fake provider running natively, reached through qemu's user-mode network.
 //!
 //! A full-system emulator, not qemu-user: qemu-user (Debian's 7.2 and 10.0) does not implement
 //! `setsockopt(IP_BIND_ADDRESS_NO_PORT)`, which Pingora sets on every connection to a provider,
@@ -62,7 +62,7 @@ async fn the_arm64_binary_serves_health_and_proxies_a_chat_and_a_stream_in_an_ar
     assert_eq!(machine(&elf), EM_AARCH64, "{bin} is not an aarch64 binary");
     assert_eq!(dynamic_needs(&elf), (false, 0), "{bin} is not static");
 
-    let sim = SimProvider::start("plain").await.unwrap();
+    let sim = FakeProvider::start("plain").await.unwrap();
     let port = free_port();
     let dir = scratch_dir();
     let config = dir.join("config.toml");

@@ -4,7 +4,7 @@
 //! of a listener others can reach without `[auth]`.
 
 use crate::common::{
-    self, chat_body, client, fast_alias_config, scratch_dir, Launch, Proxy, SimProvider,
+    self, chat_body, client, fast_alias_config, scratch_dir, FakeProvider, Launch, Proxy,
 };
 use base64::Engine;
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
@@ -14,7 +14,7 @@ const BILLING_KEY: &str = "sk-billing-0123456789";
 const SEARCH_KEY: &str = "sk-search-9876543210";
 
 /// A config with alias `fast` (and `slow`, on the same provider) and `auth`.
-fn config(sim: &SimProvider, auth: &str) -> String {
+fn config(sim: &FakeProvider, auth: &str) -> String {
     format!(
         "{}slow = [{{ provider = \"up\", model = \"m\" }}]\n{auth}",
         fast_alias_config("up", sim, "m", Some("sk-provider"))
@@ -71,7 +71,7 @@ async fn metrics_with(proxy: &Proxy, key: &str) -> String {
 }
 
 /// Every credential-carrying header the provider received.
-fn forwarded_credentials(sim: &SimProvider) -> Vec<String> {
+fn forwarded_credentials(sim: &FakeProvider) -> Vec<String> {
     sim.requests()
         .iter()
         .flat_map(|r| r.headers.iter())
@@ -82,7 +82,7 @@ fn forwarded_credentials(sim: &SimProvider) -> Vec<String> {
 
 #[tokio::test]
 async fn static_keys_are_accepted_from_every_sdk_header_and_never_forwarded() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let proxy =
         Proxy::start_with(&config(&sim, &keys()), &[("BILLING_KEY", BILLING_KEY)], &[]).await;
     let bearer = format!("Bearer {BILLING_KEY}");
@@ -104,7 +104,7 @@ async fn static_keys_are_accepted_from_every_sdk_header_and_never_forwarded() {
         forwarded_credentials(&sim)
     );
     for r in sim.requests() {
-        let auth = sturnus::simulated::header_value(&r.headers, "authorization");
+        let auth = sturnus::fake_provider::header_value(&r.headers, "authorization");
         assert_eq!(
             auth,
             Some("Bearer sk-provider"),
@@ -127,7 +127,7 @@ async fn static_keys_are_accepted_from_every_sdk_header_and_never_forwarded() {
 
 #[tokio::test]
 async fn missing_or_wrong_credentials_get_401_and_nothing_reaches_the_provider() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let proxy =
         Proxy::start_with(&config(&sim, &keys()), &[("BILLING_KEY", BILLING_KEY)], &[]).await;
     let missing = chat(&proxy, "fast", None).await;
@@ -169,7 +169,7 @@ async fn missing_or_wrong_credentials_get_401_and_nothing_reaches_the_provider()
 
 #[tokio::test]
 async fn a_client_asking_for_an_alias_it_may_not_use_gets_403() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let proxy =
         Proxy::start_with(&config(&sim, &keys()), &[("BILLING_KEY", BILLING_KEY)], &[]).await;
     let resp = chat(&proxy, "slow", Some(("x-api-key", BILLING_KEY))).await;
@@ -220,7 +220,7 @@ fn token(private_pem: &str, kid: &str, claims: serde_json::Value) -> String {
 
 #[tokio::test]
 async fn jwts_are_checked_for_signature_kid_audience_and_expiry() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let dir = scratch_dir();
     let (private, public) = common::gcp::rsa_key_pair(&dir);
     let (other_private, _) = common::gcp::rsa_key_pair(&dir);
@@ -292,7 +292,7 @@ async fn jwts_are_checked_for_signature_kid_audience_and_expiry() {
 
 #[tokio::test]
 async fn per_client_limits_refuse_the_burst_of_one_client_and_not_the_other() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let auth =
         "[auth]\n[[auth.key]]\nname = \"greedy\"\nkey = \"sk-greedy\"\nrequests_per_minute = 3\n\
                 [[auth.key]]\nname = \"calm\"\nkey = \"sk-calm\"\nrequests_per_minute = 100\n\
@@ -366,7 +366,7 @@ async fn per_client_limits_refuse_the_burst_of_one_client_and_not_the_other() {
 
 #[tokio::test]
 async fn a_listener_others_can_reach_without_auth_refuses_to_start() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let text = fast_alias_config("up", &sim, "m", None);
     let addr = format!("127.0.0.1:{}", common::free_port())
         .parse()

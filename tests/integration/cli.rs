@@ -481,8 +481,8 @@ fn the_example_config_is_the_readme_reference_and_passes_check() {
 }
 
 #[test]
-fn the_readme_quick_start_config_passes_check_verbatim() {
-    let text = readme_block("## Quick start", "toml");
+fn the_readme_minimal_config_passes_check_verbatim() {
+    let text = readme_block("## A minimal config", "toml");
     assert!(
         text.contains("[provider.openai]") && text.contains("vertex_ai = {"),
         "{text}"

@@ -16,12 +16,12 @@ use tokio::net::TcpStream;
 const NOTICED_WITHIN: Duration = Duration::from_secs(1);
 
 /// A provider `up` behind alias `fast`, and sturnus in front.
-async fn start() -> (SimProvider, Proxy) {
+async fn start() -> (FakeProvider, Proxy) {
     one_provider("m", None, "").await
 }
 
 /// Sends `body` on a raw connection and waits until the provider has received the request.
-async fn send_and_wait_for_provider(proxy: &Proxy, up: &SimProvider, body: &str) -> TcpStream {
+async fn send_and_wait_for_provider(proxy: &Proxy, up: &FakeProvider, body: &str) -> TcpStream {
     let before = up.request_count();
     let mut client = TcpStream::connect(proxy.addr).await.unwrap();
     let head = format!(
@@ -50,7 +50,7 @@ fn leave(client: TcpStream) -> Instant {
 
 /// Asserts the provider saw the connection of the request close within [`NOTICED_WITHIN`] of
 /// `left`.
-async fn expect_provider_saw_close(up: &SimProvider, left: Instant) {
+async fn expect_provider_saw_close(up: &FakeProvider, left: Instant) {
     let deadline = left + Duration::from_secs(5);
     loop {
         if let Some(at) = up.abandoned_answers().first() {

@@ -11,8 +11,8 @@ use tokio::net::TcpStream;
 
 /// A provider `up` (answering after `latency`) behind alias `fast`, and sturnus in front,
 /// started with `args`.
-async fn start(latency: Duration, args: &[&str]) -> (SimProvider, Proxy) {
-    let up = SimProvider::start("up").await.unwrap();
+async fn start(latency: Duration, args: &[&str]) -> (FakeProvider, Proxy) {
+    let up = FakeProvider::start("up").await.unwrap();
     up.behaviour.set_latency(latency);
     let config = fast_alias_config("up", &up, "m", None);
     let proxy = Proxy::start_with(&config, &[], args).await;
@@ -42,7 +42,7 @@ async fn wait_idle(proxy: &Proxy) {
 
 /// Two bursts of `n` concurrent requests: how many provider connections were accepted, and
 /// how many carried a second request.
-async fn two_bursts(proxy: &Proxy, up: &SimProvider, n: usize) -> (u64, u64) {
+async fn two_bursts(proxy: &Proxy, up: &FakeProvider, n: usize) -> (u64, u64) {
     burst(proxy, n).await;
     wait_idle(proxy).await;
     burst(proxy, n).await;
@@ -95,7 +95,7 @@ struct Answer {
 
 impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
-        sturnus::simulated::header_value(&self.headers, name)
+        sturnus::fake_provider::header_value(&self.headers, name)
     }
 }
 

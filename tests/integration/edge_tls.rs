@@ -4,13 +4,13 @@
 //! 4xx, and `[auth]` over TLS.
 
 use crate::common::tls::{throwaway_certificate, Throwaway};
-use crate::common::{self, chat_body, fast_alias_config, free_port, Proxy, SimProvider};
+use crate::common::{self, chat_body, fast_alias_config, free_port, FakeProvider, Proxy};
 use std::time::{Duration, Instant};
 
 const KEY: &str = "sk-edge-client";
 
 /// sturnus with `[listen_tls]` on a free loopback port and one client key; its HTTPS base URL.
-async fn edge(sim: &SimProvider, cert: &Throwaway, extra: &str) -> (Proxy, String) {
+async fn edge(sim: &FakeProvider, cert: &Throwaway, extra: &str) -> (Proxy, String) {
     let port = free_port();
     let config = format!(
         "{}[listen_tls]\nlisten = \"127.0.0.1:{port}\"\ncert = \"{}\"\nkey = \"{}\"\n\
@@ -61,7 +61,7 @@ async fn arrivals(mut resp: reqwest::Response) -> Vec<Instant> {
 
 #[tokio::test]
 async fn http2_and_http1_clients_are_served_over_tls_with_streams_relayed_chunk_by_chunk() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let cert = throwaway_certificate();
     let (_proxy, base) = edge(&sim, &cert, "").await;
     sim.behaviour.set_chunk_interval(Duration::from_millis(120));
@@ -104,7 +104,7 @@ async fn http2_and_http1_clients_are_served_over_tls_with_streams_relayed_chunk_
 
 #[tokio::test]
 async fn oversize_and_malformed_requests_get_their_4xx_over_tls_and_http2() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let cert = throwaway_certificate();
     let (_proxy, base) = edge(&sim, &cert, "[routing]\nmax_body_bytes = 2000\n").await;
     for http1_only in [false, true] {
@@ -123,7 +123,7 @@ async fn oversize_and_malformed_requests_get_their_4xx_over_tls_and_http2() {
 
 #[tokio::test]
 async fn the_openai_python_sdk_is_served_over_tls() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let cert = throwaway_certificate();
     let (_proxy, base) = edge(&sim, &cert, "").await;
     let script = r#"
@@ -171,7 +171,7 @@ except openai.AuthenticationError as e:
 
 #[tokio::test]
 async fn a_client_that_leaves_over_tls_closes_the_provider_request_within_a_second() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let cert = throwaway_certificate();
     let (_proxy, base) = edge(&sim, &cert, "").await;
     sim.behaviour.set_latency(Duration::from_secs(5));

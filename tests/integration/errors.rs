@@ -5,8 +5,8 @@ use crate::common;
 use common::*;
 use std::time::Duration;
 
-async fn setup() -> (SimProvider, Proxy) {
-    let sim = SimProvider::start("up").await.unwrap();
+async fn setup() -> (FakeProvider, Proxy) {
+    let sim = FakeProvider::start("up").await.unwrap();
     let config = format!(
         "{}\n[model]\nfast = [{{ provider = \"up\", model = \"m1\" }}]\nsmart = [{{ provider = \"up\", model = \"m2\" }}]\n[routing]\nread_timeout_secs = 1\n",
         provider_toml("up", &sim, Some("sk-test"))

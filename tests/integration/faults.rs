@@ -23,14 +23,14 @@ fn bodies(model: &str, stream: bool) -> [String; 2] {
 
 /// `up` behind alias `fast` (the provider that misbehaves), `ok` behind `steady`, plus extras.
 struct Bench {
-    up: SimProvider,
-    _ok: SimProvider,
+    up: FakeProvider,
+    _ok: FakeProvider,
     proxy: Proxy,
 }
 
 async fn bench(extra_providers: &str, extra_aliases: &str, env: &[(&str, &str)]) -> Bench {
-    let up = SimProvider::start("up").await.unwrap();
-    let ok = SimProvider::start("ok").await.unwrap();
+    let up = FakeProvider::start("up").await.unwrap();
+    let ok = FakeProvider::start("ok").await.unwrap();
     let config = format!(
         "{}{}{extra_providers}\n[model]\nfast = [{{ provider = \"up\", model = \"m\" }}]\nsteady = [{{ provider = \"ok\", model = \"m\" }}]\n{extra_aliases}\n[routing]\nread_timeout_secs = 1\nconnect_timeout_secs = 1\n",
         provider_toml("up", &up, Some("sk-fault-test")),
@@ -118,7 +118,7 @@ async fn connection_refused() {
         expect_error(&b.proxy, &body, 502, "upstream_connect_error").await;
     }
     expect_failures(&b.proxy, "fast", 2, "connect").await;
-    let _back = SimProvider::start_on("up", addr).await.unwrap();
+    let _back = FakeProvider::start_on("up", addr).await.unwrap();
     expect_served(&b.proxy, "fast").await;
 }
 
@@ -256,7 +256,7 @@ async fn a_slow_drip_just_inside_the_read_timeout_succeeds() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_handshake_failure_with_an_untrusted_certificate() {
-    let secure = SimProvider::start("secure").await.unwrap();
+    let secure = FakeProvider::start("secure").await.unwrap();
     let front = tls::front(secure.addr).await;
     let provider = format!(
         "[provider.secure]\nbase_url = \"https://127.0.0.1:{}/v1\"\napi_key = \"sk-fault-test\"\n",

@@ -1,5 +1,5 @@
 //! Active health checks (`health_check = { ... }`), end to end: the real binary in front of
-//! simulated providers whose health endpoint fails, or which go down and come back up.
+//! fake providers whose health endpoint fails, or which go down and come back up.
 
 use crate::common;
 
@@ -13,7 +13,7 @@ const CHECK: &str =
 
 /// Provider `a` (no check) and provider `b` (checked, with an API key) behind alias `fast`, with
 /// a large probe floor so that "no traffic at all" differs clearly from "the floor's share".
-fn config(a: &SimProvider, b_url: &str) -> String {
+fn config(a: &FakeProvider, b_url: &str) -> String {
     format!(
         "{}[provider.b]\nbase_url = \"{b_url}/v1\"\napi_key = \"sk-b\"\n{CHECK}\
          [model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n\
@@ -47,8 +47,8 @@ fn count(served: &[String], provider: &str) -> usize {
     served.iter().filter(|p| *p == provider).count()
 }
 
-/// Chat requests the simulated provider received.
-fn chats(sim: &SimProvider) -> usize {
+/// Chat requests the fake provider received.
+fn chats(sim: &FakeProvider) -> usize {
     sim.requests()
         .iter()
         .filter(|r| r.path.ends_with("/chat/completions"))
@@ -88,8 +88,8 @@ fn share(m: &Exposition, provider: &str, model: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_provider_failing_its_health_check_gets_no_traffic_until_it_passes_again() {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
+    let a = FakeProvider::start("a").await.unwrap();
+    let b = FakeProvider::start("b").await.unwrap();
     // b is the faster one: without its check failing it takes most of the traffic.
     a.behaviour.set_latency(Duration::from_millis(5));
     let proxy = Proxy::start(&config(&a, &b.base_url())).await;
@@ -161,8 +161,8 @@ async fn a_provider_failing_its_health_check_gets_no_traffic_until_it_passes_aga
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_provider_that_goes_down_is_taken_out_and_its_traffic_returns_when_it_is_back() {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
+    let a = FakeProvider::start("a").await.unwrap();
+    let b = FakeProvider::start("b").await.unwrap();
     let b_addr = b.addr;
     let proxy = Proxy::start(&config(&a, &b.base_url())).await;
     assert!(count(&drive(&proxy, 40, None).await, "b") > 0);
@@ -187,8 +187,8 @@ async fn a_provider_that_goes_down_is_taken_out_and_its_traffic_returns_when_it_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn when_every_candidate_is_unhealthy_the_alias_routes_as_if_none_were() {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
+    let a = FakeProvider::start("a").await.unwrap();
+    let b = FakeProvider::start("b").await.unwrap();
     let config = config(&a, &b.base_url()).replace("[provider.b]", &format!("{CHECK}[provider.b]"));
     let proxy = Proxy::start(&config).await;
     a.behaviour.set_health_status(500);
@@ -214,7 +214,7 @@ async fn when_every_candidate_is_unhealthy_the_alias_routes_as_if_none_were() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_https_provider_is_checked_over_tls_against_the_trusted_roots() {
-    let sim = SimProvider::start("secure").await.unwrap();
+    let sim = FakeProvider::start("secure").await.unwrap();
     let front = tls::front(sim.addr).await;
     let config = format!(
         "[provider.secure]\nbase_url = \"https://127.0.0.1:{}/v1\"\napi_key = \"sk-tls\"\n{CHECK}\
@@ -293,11 +293,11 @@ fn an_invalid_health_check_stops_startup_with_a_precise_message() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// A simulated provider started again on `addr` (retrying while the old socket lets go).
-async fn restart_on(addr: std::net::SocketAddr) -> SimProvider {
+/// A fake provider started again on `addr` (retrying while the old socket lets go).
+async fn restart_on(addr: std::net::SocketAddr) -> FakeProvider {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        match SimProvider::start_on("b", addr).await {
+        match FakeProvider::start_on("b", addr).await {
             Ok(sim) => return sim,
             Err(e) => {
                 assert!(

@@ -19,7 +19,7 @@ fn one_line(bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn healthy_draining_and_unreachable_targets() {
-    let sim = SimProvider::start("p").await.unwrap();
+    let sim = FakeProvider::start("p").await.unwrap();
     let metrics = format!("127.0.0.1:{}", free_port());
     sim.behaviour.set_chunks(10);
     sim.behaviour.set_chunk_interval(Duration::from_millis(300));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-async fn setup(routing: &str) -> (SimProvider, Proxy) {
+async fn setup(routing: &str) -> (FakeProvider, Proxy) {
     one_provider("m", None, &format!("[routing]\n{routing}")).await
 }
 
@@ -322,7 +322,7 @@ async fn a_busy_budget_answers_429_with_retry_after_until_it_drains() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn startup_logs_the_budget_and_warns_about_a_non_loopback_listen() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let config =
         fast_alias_config("up", &sim, "m", None) + "[routing]\nmax_buffered_bytes = 12345678\n";
     let local = Proxy::start(&config).await;

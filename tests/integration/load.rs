@@ -19,7 +19,7 @@ fn patient_client() -> reqwest::Client {
     client_with_timeout(Duration::from_secs(120))
 }
 
-async fn setup(routing: &str) -> (SimProvider, Proxy) {
+async fn setup(routing: &str) -> (FakeProvider, Proxy) {
     one_provider("m", None, &format!("[routing]\n{routing}")).await
 }
 

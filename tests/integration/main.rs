@@ -1,5 +1,5 @@
 //! The black-box tests, as one test binary: each module starts the real sturnus binary on
-//! loopback (or runs its subcommands) against simulated providers. One binary links Pingora
+//! loopback (or runs its subcommands) against fake providers. One binary links Pingora
 //! once; run one module with `cargo test --test integration -- passthrough::`.
 
 mod common;
@@ -9,6 +9,7 @@ mod auth;
 mod cli;
 mod client_closed;
 mod connections;
+mod docs;
 mod edge_tls;
 mod errors;
 mod faults;

@@ -104,11 +104,11 @@ fn values(m: &Exposition, name: &str) -> BTreeMap<Labels, f64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_known_traffic_exactly() {
-    let up = SimProvider::start("up").await.unwrap();
-    let alt = SimProvider::start("alt").await.unwrap();
-    let bad = SimProvider::start("bad").await.unwrap();
-    let gone = SimProvider::start("gone").await.unwrap();
-    let hang = SimProvider::start("hang").await.unwrap();
+    let up = FakeProvider::start("up").await.unwrap();
+    let alt = FakeProvider::start("alt").await.unwrap();
+    let bad = FakeProvider::start("bad").await.unwrap();
+    let gone = FakeProvider::start("gone").await.unwrap();
+    let hang = FakeProvider::start("hang").await.unwrap();
     bad.behaviour.set_fault(Fault::Status(500));
     hang.behaviour.set_fault(Fault::NeverAnswer);
     let config = format!(
@@ -323,7 +323,7 @@ async fn metrics_count_known_traffic_exactly() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn inflight_gauge_and_status_follow_a_request_until_it_ends() {
-    let sim = SimProvider::start("slowpoke").await.unwrap();
+    let sim = FakeProvider::start("slowpoke").await.unwrap();
     sim.behaviour.set_latency(Duration::from_millis(1500));
     let config = fast_alias_config("slowpoke", &sim, "m", None);
     let proxy = std::sync::Arc::new(Proxy::start(&config).await);
@@ -502,8 +502,8 @@ async fn absent_or_invalid_traceparents_start_a_fresh_trace() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_answer_carries_x_request_id() {
-    let up = SimProvider::start("up").await.unwrap();
-    let gone = SimProvider::start("gone").await.unwrap();
+    let up = FakeProvider::start("up").await.unwrap();
+    let gone = FakeProvider::start("gone").await.unwrap();
     let config = format!(
         "{}{}\n[model]\nfast = [{{ provider = \"up\", model = \"real\" }}]\n\
          down = [{{ provider = \"gone\", model = \"real\" }}]\n",
@@ -580,9 +580,9 @@ const ACCESS_FIELDS: [&str; 19] = [
 
 #[tokio::test(flavor = "multi_thread")]
 async fn logs_are_json_lines_with_access_fields_and_never_a_key() {
-    let up = SimProvider::start("up").await.unwrap();
-    let denied = SimProvider::start("denied").await.unwrap();
-    let gone = SimProvider::start("gone").await.unwrap();
+    let up = FakeProvider::start("up").await.unwrap();
+    let denied = FakeProvider::start("denied").await.unwrap();
+    let gone = FakeProvider::start("gone").await.unwrap();
     denied.behaviour.set_fault(Fault::Status(401));
     let keys = [
         "sk-up-SECRET-7f3a9c1e5b",
@@ -694,7 +694,7 @@ async fn logs_are_json_lines_with_access_fields_and_never_a_key() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn log_format_can_be_chosen() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let config = fast_alias_config("up", &sim, "real", None);
     for (env, args) in [
         (vec![], vec!["--log-format", "pretty"]),
@@ -739,8 +739,8 @@ async fn log_format_can_be_chosen() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_shows_weights_last_errors_and_totals_in_config_order() {
-    let up = SimProvider::start("up").await.unwrap();
-    let gone = SimProvider::start("gone").await.unwrap();
+    let up = FakeProvider::start("up").await.unwrap();
+    let gone = FakeProvider::start("gone").await.unwrap();
     let config = format!(
         "{}{}\n[model]\nzeta = [{{ provider = \"up\", model = \"z1\" }}, {{ provider = \"gone\", model = \"z2\" }}]\n\
          alpha = [{{ provider = \"gone\", model = \"a1\" }}]\n",
@@ -811,7 +811,7 @@ async fn status_shows_weights_last_errors_and_totals_in_config_order() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_listen_serves_only_the_four_paths_and_never_proxies() {
-    let sim = SimProvider::start("up").await.unwrap();
+    let sim = FakeProvider::start("up").await.unwrap();
     let metrics_addr = format!("127.0.0.1:{}", free_port());
     let config = format!(
         "metrics_listen = \"{metrics_addr}\"\n{}\n[model]\nfast = [{{ provider = \"up\", model = \"real\" }}]\n",

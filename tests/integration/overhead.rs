@@ -8,7 +8,7 @@ use common::*;
 use futures_util::StreamExt;
 use std::time::Duration;
 
-/// The simulated provider's delay before its response header.
+/// The fake provider's delay before its response header.
 const DELAY: Duration = Duration::from_millis(200);
 
 /// `(count, sum)` of the overhead histogram for one alias and stream mode.
@@ -22,8 +22,8 @@ fn overhead(m: &Exposition, alias: &str, stream: &str) -> (f64, f64) {
     )
 }
 
-async fn setup() -> (SimProvider, Proxy) {
-    let sim = SimProvider::start("up").await.unwrap();
+async fn setup() -> (FakeProvider, Proxy) {
+    let sim = FakeProvider::start("up").await.unwrap();
     sim.behaviour.set_latency(DELAY);
     let config = format!(
         "{}\n[routing]\nread_timeout_secs = 10\n\n[model]\n\

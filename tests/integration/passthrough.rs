@@ -7,7 +7,7 @@ use common::*;
 use futures_util::StreamExt;
 use std::time::{Duration, Instant};
 
-async fn one_candidate(key: Option<&str>) -> (SimProvider, Proxy) {
+async fn one_candidate(key: Option<&str>) -> (FakeProvider, Proxy) {
     one_provider("real-model", key, "").await
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use sturnus::routing::rendezvous::{identity, pick_by};
 
 /// Two candidates `a` and `b` as alias `fast`, with `routing` as the `[routing]` table.
-async fn with_routing(routing: &str) -> (SimProvider, SimProvider, Proxy) {
+async fn with_routing(routing: &str) -> (FakeProvider, FakeProvider, Proxy) {
     two_candidates(&format!("[routing]\n{routing}")).await
 }
 
@@ -282,7 +282,7 @@ async fn to_a(proxy: &Proxy, n: usize) {
 /// With `prefix_affinity` set to `on`: candidate `a`, its latency estimate after three misses
 /// at 40 ms, and the estimate after five more answers at 2 ms that report a prompt-cache hit
 /// (`usage.prompt_tokens_details.cached_tokens`).
-async fn quick_hits_after_slow_misses(on: bool) -> (SimProvider, Proxy, f64, f64) {
+async fn quick_hits_after_slow_misses(on: bool) -> (FakeProvider, Proxy, f64, f64) {
     let (a, _b, proxy) = with_routing(&format!("prefix_affinity = {on}\n")).await;
     a.behaviour.set_latency(Duration::from_millis(40));
     to_a(&proxy, 3).await;

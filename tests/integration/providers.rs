@@ -1,5 +1,5 @@
 //! Every provider kind on the wire: URL shape, auth headers, version headers and query rules,
-//! against simulated providers that record what they received (each kind's `base_url` points
+//! against fake providers that record what they received (each kind's `base_url` points
 //! at loopback in place of the real host). Also the config mistakes that stop startup.
 
 use crate::common;
@@ -7,7 +7,7 @@ use crate::common;
 use common::gcp::GcpMock;
 use common::*;
 use std::process::Command;
-use sturnus::simulated::RecordedRequest;
+use sturnus::fake_provider::RecordedRequest;
 
 /// What the client sends along, none of which may reach a provider as credentials.
 const CLIENT_AUTH: &[(&str, &str)] = &[
@@ -134,7 +134,7 @@ fn body(alias: &str, size: usize) -> String {
     format!(r#"{{"model":"{alias}","messages":[{{"role":"user","content":"{pad}"}}]}}"#)
 }
 
-fn check(kind: &Kind, got: &RecordedRequest, token: &str, sim: &SimProvider) {
+fn check(kind: &Kind, got: &RecordedRequest, token: &str, sim: &FakeProvider) {
     let name = kind.name;
     assert_eq!(got.method, "POST", "{name}");
     assert_eq!(got.path, kind.path, "{name}");
@@ -172,7 +172,7 @@ async fn each_kind_gets_its_url_shape_and_auth_headers() {
     let mut config = String::new();
     let mut aliases = String::from("\n[model]\n");
     for kind in KINDS {
-        let sim = SimProvider::start(kind.name).await.unwrap();
+        let sim = FakeProvider::start(kind.name).await.unwrap();
         config.push_str(&format!(
             "[provider.{}]\nbase_url = \"{}{}\"\n{}\n",
             kind.name,
@@ -235,7 +235,7 @@ async fn each_kind_gets_its_url_shape_and_auth_headers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_openai_endpoint_maps_onto_each_prefix() {
-    let sim = SimProvider::start("azure").await.unwrap();
+    let sim = FakeProvider::start("azure").await.unwrap();
     let config = format!(
         "[provider.azure]\nbase_url = \"{}/openai\"\napi_key = \"k\"\n\
          azure_openai = {{ resource_name = \"r\", api_version = \"2024-10-21\" }}\n\

@@ -6,12 +6,12 @@ use crate::common;
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use sturnus::simulated::QuotaHeaders;
+use sturnus::fake_provider::QuotaHeaders;
 
 /// Providers `a` (the faster) and `b` behind alias `fast`, warmed so both have a latency.
-async fn warm_pair(a_ms: u64, b_ms: u64) -> (SimProvider, SimProvider, Proxy) {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
+async fn warm_pair(a_ms: u64, b_ms: u64) -> (FakeProvider, FakeProvider, Proxy) {
+    let a = FakeProvider::start("a").await.unwrap();
+    let b = FakeProvider::start("b").await.unwrap();
     a.behaviour.set_latency(Duration::from_millis(a_ms));
     b.behaviour.set_latency(Duration::from_millis(b_ms));
     let config = format!(

@@ -1,14 +1,14 @@
 //! Responses API objects follow their provider: through two sidecars with the same config, in
-//! front of two simulated providers that keep their own responses, follow-ups, retrieval,
+//! front of two fake providers that keep their own responses, follow-ups, retrieval,
 //! cancellation, deletion, input items and background mode reach the candidate that issued the
 //! response; ids sturnus did not issue get a 404 and reach no provider.
 
-use crate::common::{client, two_candidates_config, Fault, Proxy, SimProvider};
+use crate::common::{client, two_candidates_config, FakeProvider, Fault, Proxy};
 use serde_json::{json, Value};
 use sturnus::body::holder_tag::{untag, HolderTag, SUFFIX_LEN};
 
 /// Two providers `a` and `b` (alias `fast`: `a/ma`, `b/mb`) and two sidecars with one config.
-async fn two_sidecars() -> (SimProvider, SimProvider, Proxy, Proxy) {
+async fn two_sidecars() -> (FakeProvider, FakeProvider, Proxy, Proxy) {
     let (a, b, config) = two_candidates_config("").await;
     let one = Proxy::start(&config).await;
     let two = Proxy::start(&config).await;

@@ -14,8 +14,8 @@ async fn streaming_setup(
     chunks: u32,
     interval: Duration,
     args: &[&str],
-) -> (SimProvider, Proxy, String) {
-    let sim = SimProvider::start("p").await.unwrap();
+) -> (FakeProvider, Proxy, String) {
+    let sim = FakeProvider::start("p").await.unwrap();
     sim.behaviour.set_chunks(chunks);
     sim.behaviour.set_chunk_interval(interval);
     let metrics = format!("127.0.0.1:{}", free_port());

@@ -69,7 +69,7 @@ async fn start_bare(config: &str, env: &[(&str, &str)], files: &[(&str, &Path)])
 
 #[tokio::test(flavor = "multi_thread")]
 async fn in_an_empty_environment_it_serves_health_and_proxies() {
-    let sim = SimProvider::start("plain").await.unwrap();
+    let sim = FakeProvider::start("plain").await.unwrap();
     let metrics = format!("127.0.0.1:{}", free_port());
     let config =
         format!("metrics_listen = \"{metrics}\"\n") + &fast_alias_config("plain", &sim, "m", None);
@@ -92,8 +92,8 @@ async fn in_an_empty_environment_it_serves_health_and_proxies() {
     assert!(!proxy.logs().contains("panicked"), "{}", proxy.logs());
 }
 
-async fn https_setup(trust_test_ca: bool) -> (SimProvider, Proxy) {
-    let sim = SimProvider::start("secure").await.unwrap();
+async fn https_setup(trust_test_ca: bool) -> (FakeProvider, Proxy) {
+    let sim = FakeProvider::start("secure").await.unwrap();
     let front = tls::front(sim.addr).await;
     let config = format!(
         "[provider.secure]\nbase_url = \"https://127.0.0.1:{}/v1\"\napi_key = \"sk-scratch\"\n[model]\nfast = [{{ provider = \"secure\", model = \"m\" }}]\n",

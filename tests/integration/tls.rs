@@ -4,8 +4,8 @@ use crate::common;
 
 use common::*;
 
-async fn https_setup(trust_test_ca: bool) -> (SimProvider, Proxy) {
-    let sim = SimProvider::start("secure").await.unwrap();
+async fn https_setup(trust_test_ca: bool) -> (FakeProvider, Proxy) {
+    let sim = FakeProvider::start("secure").await.unwrap();
     let front = tls::front(sim.addr).await;
     let config = format!(
         "[provider.secure]\nbase_url = \"https://127.0.0.1:{}/v1\"\napi_key = \"sk-tls\"\n[model]\nfast = [{{ provider = \"secure\", model = \"m\" }}]\n",

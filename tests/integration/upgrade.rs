@@ -113,10 +113,10 @@ async fn worker(url: String, reuse: bool, stop: Arc<AtomicBool>, tally: Arc<Tall
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn upgrade_under_load_fails_no_request_and_in_flight_streams_complete() {
-    let fast = SimProvider::start("fast").await.unwrap();
+    let fast = FakeProvider::start("fast").await.unwrap();
     fast.behaviour.set_latency(Duration::from_millis(2));
     fast.behaviour.set_chunk_interval(Duration::from_millis(5));
-    let slow = SimProvider::start("slow").await.unwrap();
+    let slow = FakeProvider::start("slow").await.unwrap();
     // Long streams: 16 events 500 ms apart, so they outlive the old process's 5 s hand-over.
     slow.behaviour.set_chunks(14);
     slow.behaviour
@@ -217,9 +217,9 @@ fn candidate(status: &Value, provider: &str) -> Option<(Value, Value, Value, Val
 
 #[tokio::test(flavor = "multi_thread")]
 async fn routing_state_survives_the_upgrade_removed_candidates_drop_new_ones_start_cold() {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
-    let c = SimProvider::start("c").await.unwrap();
+    let a = FakeProvider::start("a").await.unwrap();
+    let b = FakeProvider::start("b").await.unwrap();
+    let c = FakeProvider::start("c").await.unwrap();
     a.behaviour.set_latency(Duration::from_millis(5));
     b.behaviour.set_latency(Duration::from_millis(30));
     let providers = format!(
@@ -291,7 +291,7 @@ async fn routing_state_survives_the_upgrade_removed_candidates_drop_new_ones_sta
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_with_a_new_metrics_listener_config_serves_it_from_the_new_process() {
-    let sim = SimProvider::start("p").await.unwrap();
+    let sim = FakeProvider::start("p").await.unwrap();
     let metrics = format!("127.0.0.1:{}", free_port());
     let config =
         format!("metrics_listen = \"{metrics}\"\n") + &fast_alias_config("p", &sim, "m", None);

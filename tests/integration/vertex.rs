@@ -15,7 +15,7 @@ const VERTEX_PATH: &str =
 const MODEL: &str = "google/gemini-2.5-flash";
 
 /// `[provider.vertex]` with `base_url` standing in for `us-central1-aiplatform.googleapis.com`.
-fn vertex_toml(sim: &SimProvider) -> String {
+fn vertex_toml(sim: &FakeProvider) -> String {
     format!(
         "[provider.vertex]\nvertex_ai = {{ project_id = \"{PROJECT}\", location = \"us-central1\" }}\n\
          base_url = \"{}/v1/projects/{PROJECT}/locations/us-central1/endpoints/openapi\"\n",
@@ -24,7 +24,7 @@ fn vertex_toml(sim: &SimProvider) -> String {
 }
 
 /// One alias `gem` over the Vertex provider.
-fn solo_config(sim: &SimProvider) -> String {
+fn solo_config(sim: &FakeProvider) -> String {
     format!(
         "{}\n[model]\ngem = [{{ provider = \"vertex\", model = \"{MODEL}\" }}]\n",
         vertex_toml(sim)
@@ -59,7 +59,7 @@ fn marked_body(alias: &str, marker: &str) -> String {
 }
 
 /// The bearer token a recorded provider request carried.
-fn bearer(req: &sturnus::simulated::RecordedRequest) -> String {
+fn bearer(req: &sturnus::fake_provider::RecordedRequest) -> String {
     req.header("authorization")
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_else(|| panic!("no bearer token in {:?}", req.headers))
@@ -78,12 +78,12 @@ async fn assert_no_token_leaks(proxy: &Proxy, mock: &GcpMock) {
 
 /// A Vertex AI provider behind sturnus whose tokens come from a mock GKE metadata server issuing
 /// tokens of `lifetime` seconds; `held`: the server holds its answers until released.
-async fn on_metadata_server(lifetime: u64, held: bool) -> (GcpMock, SimProvider, Proxy) {
+async fn on_metadata_server(lifetime: u64, held: bool) -> (GcpMock, FakeProvider, Proxy) {
     let mock = GcpMock::start(lifetime).await;
     if held {
         mock.hold();
     }
-    let sim = SimProvider::start("vertex").await.unwrap();
+    let sim = FakeProvider::start("vertex").await.unwrap();
     let home = scratch_dir();
     let proxy = start(
         &solo_config(&sim),
@@ -246,7 +246,7 @@ async fn service_account_assertions_are_signed_and_verified() {
         service_account_json(email, "key-1", &private_pem, &token_uri),
     )
     .unwrap();
-    let sim = SimProvider::start("vertex").await.unwrap();
+    let sim = FakeProvider::start("vertex").await.unwrap();
     // The metadata server must not be needed: point it at a closed port.
     let mut env = adc_env(
         &dir,
@@ -348,7 +348,7 @@ async fn gcloud_user_credentials_use_the_refresh_token_grant() {
         .to_string(),
     )
     .unwrap();
-    let sim = SimProvider::start("vertex").await.unwrap();
+    let sim = FakeProvider::start("vertex").await.unwrap();
     let env = adc_env(&home, "", &format!("127.0.0.1:{}", free_port()));
     let proxy = start(&solo_config(&sim), &env).await;
     let resp = post(&proxy, "/v1/chat/completions", marked_body("gem", "user")).await;
@@ -367,8 +367,8 @@ async fn gcloud_user_credentials_use_the_refresh_token_grant() {
 async fn metadata_server_down_means_a_clear_503_traffic_elsewhere_and_recovery() {
     let metadata_port = free_port();
     let metadata_host = format!("127.0.0.1:{metadata_port}");
-    let vertex = SimProvider::start("vertex").await.unwrap();
-    let backup = SimProvider::start("backup").await.unwrap();
+    let vertex = FakeProvider::start("vertex").await.unwrap();
+    let backup = FakeProvider::start("backup").await.unwrap();
     let config = format!(
         "{}{}\n[model]\nsolo = [{{ provider = \"vertex\", model = \"{MODEL}\" }}]\n\
          mixed = [{{ provider = \"vertex\", model = \"{MODEL}\" }}, {{ provider = \"backup\", model = \"gpt-4o-mini\" }}]\n",

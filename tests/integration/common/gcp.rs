@@ -60,7 +60,7 @@ pub struct MockRequest {
 impl MockRequest {
     /// The first value of header `name`.
     pub fn header(&self, name: &str) -> Option<&str> {
-        sturnus::simulated::header_value(&self.headers, name)
+        sturnus::fake_provider::header_value(&self.headers, name)
     }
 }
 

@@ -1,5 +1,5 @@
 //! Shared harness for the black-box tests: the real sturnus binary on loopback, in front of
-//! simulated providers that speak OpenAI's wire format.
+//! fake providers that speak OpenAI's wire format.
 
 pub mod elf;
 pub mod exposition;
@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 pub mod gcp;
 
 #[allow(unused_imports)]
-pub use sturnus::simulated::{Fault, SimProvider, DEFAULT_CHUNKS};
+pub use sturnus::fake_provider::{FakeProvider, Fault, DEFAULT_CHUNKS};
 
 pub mod tls;
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
 
 /// A free loopback port for a sturnus listener. Chosen below the kernel's ephemeral range
-/// (where the simulated providers' port-0 listeners land), so they cannot take it between the
+/// (where the fake providers' port-0 listeners land), so they cannot take it between the
 /// check and sturnus's bind; checked by binding it once.
 pub fn free_port() -> u16 {
     static SALT: AtomicU32 = AtomicU32::new(0);
@@ -61,8 +61,8 @@ pub struct Proxy {
     pub dir: PathBuf,
 }
 
-/// `[provider.NAME]` for a simulated provider, with an optional API key.
-pub fn provider_toml(name: &str, sim: &SimProvider, key: Option<&str>) -> String {
+/// `[provider.NAME]` for a fake provider, with an optional API key.
+pub fn provider_toml(name: &str, sim: &FakeProvider, key: Option<&str>) -> String {
     let mut s = format!("[provider.{name}]\nbase_url = \"{}/v1\"\n", sim.base_url());
     if let Some(key) = key {
         s.push_str(&format!("api_key = \"{key}\"\n"));
@@ -70,27 +70,27 @@ pub fn provider_toml(name: &str, sim: &SimProvider, key: Option<&str>) -> String
     s
 }
 
-/// A config with the simulated provider `name` (with an optional API key) as alias `fast`'s one
+/// A config with the fake provider `name` (with an optional API key) as alias `fast`'s one
 /// candidate, model `model`.
-pub fn fast_alias_config(name: &str, sim: &SimProvider, model: &str, key: Option<&str>) -> String {
+pub fn fast_alias_config(name: &str, sim: &FakeProvider, model: &str, key: Option<&str>) -> String {
     format!(
         "{}\n[model]\nfast = [{{ provider = \"{name}\", model = \"{model}\" }}]\n",
         provider_toml(name, sim, key)
     )
 }
 
-/// Two simulated providers `a` (model `ma`) and `b` (model `mb`) as alias `fast`, sturnus in
+/// Two fake providers `a` (model `ma`) and `b` (model `mb`) as alias `fast`, sturnus in
 /// front; `extra` is appended to the config (a `[routing]` table, more aliases).
-pub async fn two_candidates(extra: &str) -> (SimProvider, SimProvider, Proxy) {
+pub async fn two_candidates(extra: &str) -> (FakeProvider, FakeProvider, Proxy) {
     let (a, b, config) = two_candidates_config(extra).await;
     let proxy = Proxy::start(&config).await;
     (a, b, proxy)
 }
 
 /// [`two_candidates`]'s providers and config, for tests that start sturnus themselves.
-pub async fn two_candidates_config(extra: &str) -> (SimProvider, SimProvider, String) {
-    let a = SimProvider::start("a").await.unwrap();
-    let b = SimProvider::start("b").await.unwrap();
+pub async fn two_candidates_config(extra: &str) -> (FakeProvider, FakeProvider, String) {
+    let a = FakeProvider::start("a").await.unwrap();
+    let b = FakeProvider::start("b").await.unwrap();
     let config = format!(
         "{}{}\n[model]\nfast = [{{ provider = \"a\", model = \"ma\" }}, {{ provider = \"b\", model = \"mb\" }}]\n{extra}",
         provider_toml("a", &a, None),
@@ -99,10 +99,10 @@ pub async fn two_candidates_config(extra: &str) -> (SimProvider, SimProvider, St
     (a, b, config)
 }
 
-/// A simulated provider `up` (with an optional API key) as alias `fast`'s one candidate, model
+/// A fake provider `up` (with an optional API key) as alias `fast`'s one candidate, model
 /// `model`, and sturnus in front; `extra` is appended to the config (e.g. a `[routing]` table).
-pub async fn one_provider(model: &str, key: Option<&str>, extra: &str) -> (SimProvider, Proxy) {
-    let sim = SimProvider::start("up").await.unwrap();
+pub async fn one_provider(model: &str, key: Option<&str>, extra: &str) -> (FakeProvider, Proxy) {
+    let sim = FakeProvider::start("up").await.unwrap();
     let config = fast_alias_config("up", &sim, model, key) + extra;
     let proxy = Proxy::start(&config).await;
     (sim, proxy)

@@ -1,4 +1,4 @@
-//! An HTTPS front for a simulated provider, with a certificate from a throwaway test CA.
+//! An HTTPS front for a fake provider, with a certificate from a throwaway test CA.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -92,7 +92,7 @@ pub async fn front(backend: SocketAddr) -> TlsFront {
 
 /// Checks a provider behind a TLS front is reached through `proxy`: a non-streaming and a
 /// streaming chat request are both answered, and the provider saw `Bearer {key}`.
-pub async fn expect_https_round_trip(proxy: &super::Proxy, sim: &super::SimProvider, key: &str) {
+pub async fn expect_https_round_trip(proxy: &super::Proxy, sim: &super::FakeProvider, key: &str) {
     for body in [
         super::chat_body("fast", false),
         super::chat_body("fast", true),

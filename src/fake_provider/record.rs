@@ -1,4 +1,4 @@
-//! What a simulated provider received, kept so tests can assert on it.
+//! What a fake provider received, kept so tests can assert on it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +23,7 @@ pub struct RecordedRequest {
 }
 
 /// The first value of header `name` (case-insensitive) among `headers`, if present: the lookup
-/// of every recorded request or response in the simulated provider and its tests.
+/// of every recorded request or response in the fake provider and its tests.
 pub fn header_value<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
     headers
         .iter()

@@ -1,4 +1,4 @@
-//! The responses a simulated provider keeps, as the Responses API does: a follow-up names its
+//! The responses a fake provider keeps, as the Responses API does: a follow-up names its
 //! `previous_response_id` (unknown here: `400 previous_response_not_found`), and a kept
 //! response can be retrieved, deleted, cancelled (in background mode), listed for its input
 //! items, and its stream replayed from any event (`?stream=true&starting_after=N`).
@@ -70,7 +70,7 @@ pub(crate) enum Reply {
     Events(Vec<Vec<u8>>),
 }
 
-/// The kept responses of one simulated provider.
+/// The kept responses of one fake provider.
 #[derive(Debug)]
 pub(crate) struct Store {
     /// What this provider's response ids start with: `resp_sim_<hex of its name>_`, so two

@@ -1,4 +1,4 @@
-//! The state a simulated provider shares with its tasks, and its accept loop.
+//! The state a fake provider shares with its tasks, and its accept loop.
 
 use std::future::poll_fn;
 use std::io;
@@ -16,7 +16,7 @@ use super::behaviour::{Behaviour, Fault};
 use super::connection::serve_until_done;
 use super::record::Recorder;
 
-/// State shared by the accept loop, every connection and the [`super::SimProvider`] handle.
+/// State shared by the accept loop, every connection and the [`super::FakeProvider`] handle.
 #[derive(Debug)]
 pub(crate) struct Shared {
     /// The provider's display name.
@@ -97,7 +97,7 @@ pub(crate) async fn accept_loop(slot: ListenerSlot, shared: Arc<Shared>) {
             }
             Some(Err(e)) => {
                 // Typically EMFILE or a connection aborted before accept: back off briefly.
-                log::debug!("simulated provider {}: accept failed: {e}", shared.name);
+                log::debug!("fake provider {}: accept failed: {e}", shared.name);
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }

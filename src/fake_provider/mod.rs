@@ -1,4 +1,4 @@
-//! A simulated OpenAI-compatible LLM provider on loopback, in-process.
+//! A fake OpenAI-compatible LLM provider on loopback, in-process.
 //!
 //! One implementation serves `sturnus demo` (fast, slow and flaky providers), the integration
 //! tests (providers that record what they received and misbehave on demand) and the benchmark
@@ -40,8 +40,8 @@ pub use record::{header_value, RecordedRequest, RECORD_CAP};
 
 use server::{accept_loop, ListenerSlot, Shared};
 
-/// A running simulated provider; dropping it shuts it down.
-pub struct SimProvider {
+/// A running fake provider; dropping it shuts it down.
+pub struct FakeProvider {
     /// The address it listens on.
     pub addr: SocketAddr,
     /// Its live-tunable behaviour.
@@ -50,9 +50,9 @@ pub struct SimProvider {
     listener: ListenerSlot,
 }
 
-impl fmt::Debug for SimProvider {
+impl fmt::Debug for FakeProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SimProvider")
+        f.debug_struct("FakeProvider")
             .field("name", &self.shared.name)
             .field("addr", &self.addr)
             .field("behaviour", &self.behaviour)
@@ -61,22 +61,22 @@ impl fmt::Debug for SimProvider {
     }
 }
 
-impl SimProvider {
+impl FakeProvider {
     /// Starts a provider named `name` on `127.0.0.1` with an ephemeral port, serving on the
     /// current tokio runtime.
-    pub async fn start(name: &str) -> io::Result<SimProvider> {
-        SimProvider::start_on(name, SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await
+    pub async fn start(name: &str) -> io::Result<FakeProvider> {
+        FakeProvider::start_on(name, SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await
     }
 
     /// Starts a provider named `name` on a fixed address (port 0 picks one).
-    pub async fn start_on(name: &str, addr: SocketAddr) -> io::Result<SimProvider> {
+    pub async fn start_on(name: &str, addr: SocketAddr) -> io::Result<FakeProvider> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let behaviour = Arc::new(Behaviour::new());
         let shared = Arc::new(Shared::new(name, Arc::clone(&behaviour)));
         let slot: ListenerSlot = Arc::new(Mutex::new(Some(listener)));
         tokio::spawn(accept_loop(Arc::clone(&slot), Arc::clone(&shared)));
-        Ok(SimProvider {
+        Ok(FakeProvider {
             addr,
             behaviour,
             shared,
@@ -153,13 +153,13 @@ impl SimProvider {
         drop(listener);
     }
 
-    /// Whether [`SimProvider::shutdown`] has been called.
+    /// Whether [`FakeProvider::shutdown`] has been called.
     pub fn is_shut_down(&self) -> bool {
         *self.shared.down.borrow()
     }
 }
 
-impl Drop for SimProvider {
+impl Drop for FakeProvider {
     fn drop(&mut self) {
         self.shutdown();
     }

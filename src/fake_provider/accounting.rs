@@ -1,4 +1,4 @@
-//! What a simulated provider saw of its connections, for tests that check how a client treats
+//! What a fake provider saw of its connections, for tests that check how a client treats
 //! them: how many were accepted, how many carried a second request (kept alive and reused),
 //! and when a peer left before its answer was complete. Also the extra response headers a test
 //! asks the provider to send.
@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Instant;
 
-/// Connection accounting of one simulated provider.
+/// Connection accounting of one fake provider.
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionLog {
     accepted: AtomicU64,

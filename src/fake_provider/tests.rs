@@ -1,4 +1,4 @@
-//! End-to-end tests of the simulated provider through a tiny raw-TCP HTTP client.
+//! End-to-end tests of the fake provider through a tiny raw-TCP HTTP client.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-use super::{Fault, SimProvider};
+use super::{FakeProvider, Fault};
 
 /// Upper bound for any single wait in these tests.
 const WAIT: Duration = Duration::from_secs(2);
@@ -176,7 +176,7 @@ impl Client {
 }
 
 /// A provider with `fault` set, and a client that has sent it a chat request.
-async fn chat_sent_with(fault: Fault) -> (SimProvider, Client) {
+async fn chat_sent_with(fault: Fault) -> (FakeProvider, Client) {
     let p = start("f").await;
     p.behaviour.set_fault(fault);
     let mut c = Client::connect(p.addr).await;
@@ -197,8 +197,8 @@ const CHAT: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content
 const CHAT_STREAM: &str =
     r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
-async fn start(name: &str) -> SimProvider {
-    SimProvider::start(name).await.expect("start")
+async fn start(name: &str) -> FakeProvider {
+    FakeProvider::start(name).await.expect("start")
 }
 
 #[tokio::test]
@@ -834,7 +834,7 @@ fn dropping_after_the_runtime_is_gone_does_not_panic() {
         .enable_all()
         .build()
         .expect("runtime");
-    let p = rt.block_on(SimProvider::start("late")).expect("start");
+    let p = rt.block_on(FakeProvider::start("late")).expect("start");
     let addr = p.addr;
     drop(rt);
     p.shutdown();

@@ -1,4 +1,4 @@
-//! Minimal HTTP/1.1 request-head parsing (httparse) for the simulated provider, and the
+//! Minimal HTTP/1.1 request-head parsing (httparse) for the fake provider, and the
 //! [`Operation`] each path asks for.
 
 use super::record::RecordedRequest;

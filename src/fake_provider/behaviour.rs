@@ -1,4 +1,4 @@
-//! Live-tunable behaviour of one simulated provider.
+//! Live-tunable behaviour of one fake provider.
 //!
 //! Every knob is an atomic (the request quota's window count sits behind a lock taken only
 //! while a quota is set) so the demo or a test can change it while requests are in flight; the
@@ -13,7 +13,7 @@ use super::quota::{QuotaHeaders, RequestQuota, Verdict};
 /// Content chunks a streaming answer has unless told otherwise.
 pub const DEFAULT_CHUNKS: u32 = 5;
 
-/// A way for the simulated provider to misbehave, from the TCP level up to the HTTP status.
+/// A way for the fake provider to misbehave, from the TCP level up to the HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fault {
     /// Behave normally.
@@ -104,7 +104,7 @@ impl Drop for InProgress<'_> {
     }
 }
 
-/// Live-tunable behaviour of one simulated provider (all atomics so a test or the demo can
+/// Live-tunable behaviour of one fake provider (all atomics so a test or the demo can
 /// change it mid-run).
 pub struct Behaviour {
     latency_us: AtomicU64,
