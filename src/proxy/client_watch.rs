@@ -22,10 +22,10 @@
 //! on, the byte is kept inside Pingora for its own parser, out of reach of the header guard
 //! (`header_guard.rs`), which reads every request header itself.
 
+use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::l4::stream::Stream as SocketStream;
 use pingora_core::protocols::SocketDigest;
 use pingora_core::{Error, ErrorType};
-use pingora_proxy::Session;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
@@ -67,10 +67,10 @@ enum Seen {
 }
 
 impl ClientWatch {
-    /// Watches the client of `session`. The socket stays open as long as the session lives, and
-    /// the watch is only awaited while the session is borrowed by the forward.
-    pub fn new(session: &Session) -> Self {
-        let Some(stream) = session.as_downstream().stream() else {
+    /// Watches the client of `downstream`. The socket stays open as long as the session lives,
+    /// and the watch is only awaited while the session is borrowed by the forward.
+    pub fn new(downstream: &ServerSession) -> Self {
+        let Some(stream) = downstream.stream() else {
             return ClientWatch { fd: None };
         };
         let fd = match stream.as_any().downcast_ref::<SocketStream>() {

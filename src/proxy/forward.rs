@@ -1,6 +1,6 @@
 //! Forwarding a routed request: the spliced body to the chosen provider over Pingora's pooled
 //! connector, and the provider's answer back to the client chunk by chunk, while the client is
-//! watched for leaving ([`ClientWatch`]).
+//! watched for leaving ([`Departure`]: its HTTP/1 connection or its HTTP/2 stream).
 //!
 //! Every routed request goes this way, called from `request_filter` once the body is read and
 //! spliced, instead of through Pingora's `proxy_to_upstream`. With the body already in hand
@@ -12,8 +12,8 @@
 //!
 //! Which Pingora phase each function here stands in for is mapped in `docs/architecture.md`.
 
-use super::client_watch::{client_left, ClientWatch};
 use super::ctx::RequestCtx;
+use super::departure::Departure;
 use super::{held_answer, outcome, overhead, upstream_request};
 use crate::app::App;
 use crate::body::id_splice::StreamTagger;
@@ -25,7 +25,6 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorSource, ErrorType, Result, RetryType};
 use pingora_proxy::Session;
 use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -43,34 +42,28 @@ pub async fn forward(
     body: Vec<Bytes>,
     peer: Box<HttpPeer>,
 ) -> Result<()> {
-    let gone = ClientWatch::new(session).gone();
-    tokio::pin!(gone);
-    let forwarded = forward_watched(session, app, ctx, body, peer, gone).await;
+    let mut departure = Departure::new(session);
+    let forwarded = forward_watched(session, app, ctx, body, peer, &mut departure).await;
     if let Err(e) = &forwarded {
         ctx.client_closed = e.esource() == &ErrorSource::Downstream;
     }
     forwarded
 }
 
-/// [`forward`], with `gone` completing when the client has left.
+/// [`forward`], with `departure` watching the client.
 async fn forward_watched(
     session: &mut Session,
     app: &App,
     ctx: &mut RequestCtx,
     body: Vec<Bytes>,
     peer: Box<HttpPeer>,
-    mut gone: Pin<&mut impl Future<Output = ()>>,
+    departure: &mut Departure,
 ) -> Result<()> {
-    let sent = tokio::select! {
-        biased;
-        sent = send(session, app, ctx, &body, &peer) => sent,
-        () = gone.as_mut() => Err(client_left()),
-    };
-    let mut upstream = sent?;
+    let mut upstream = send(session, departure, app, ctx, &body, &peer).await?;
     // The provider has answered, so the body will not be resent: its memory goes back now.
     drop(body);
     ctx.reservation = None;
-    relay_response(session, app, ctx, &mut upstream, gone).await?;
+    relay_response(session, departure, app, ctx, &mut upstream).await?;
     // Always HTTP/1.1 (see `connect`): back to the pool.
     if let HttpSession::H1(h1) = upstream {
         app.upstream()
@@ -105,9 +98,11 @@ async fn connect(app: &App, peer: &HttpPeer) -> Result<(HttpSession, bool, Durat
 /// had closed it); the same candidate, the same bytes, on the next connection, at most once
 /// (and not at all with `max_retries: 0`), counted in `sturnus_upstream_resends_total`. A
 /// request written whole is never resent, whatever happens next: the provider may be
-/// generating its answer (see [`error_while_proxy`]).
+/// generating its answer (see [`error_while_proxy`]). The client leaving ends the wait for the
+/// connection and for the answer, and drops the provider connection.
 async fn send(
-    session: &Session,
+    session: &mut Session,
+    departure: &mut Departure,
     app: &App,
     ctx: &mut RequestCtx,
     body: &[Bytes],
@@ -117,11 +112,15 @@ async fn send(
     let allowed = app.upstream().max_resends.min(MAX_RESENDS);
     loop {
         let header = upstream_header(session, ctx)?;
-        let (mut upstream, reused, connecting) = connect(app, peer).await?;
+        let (mut upstream, reused, connecting) =
+            departure.race(session, connect(app, peer)).await??;
         upstream.set_read_timeout(Some(app.peer_settings.read_timeout));
         upstream.set_write_timeout(Some(app.peer_settings.read_timeout));
         outcome::request_sent(ctx, connecting);
-        match exchange(&mut upstream, header, body).await {
+        match departure
+            .race(session, exchange(&mut upstream, header, body))
+            .await?
+        {
             Ok(()) => {
                 ctx.overhead.header_received = Some(Instant::now());
                 return Ok(upstream);
@@ -224,10 +223,10 @@ fn error_while_proxy(e: &Error, reused: bool) -> bool {
 /// one write, not one per event, while a chunk that arrives alone is sent at once.
 async fn relay_response(
     session: &mut Session,
+    departure: &mut Departure,
     app: &App,
     ctx: &mut RequestCtx,
     upstream: &mut HttpSession,
-    mut gone: Pin<&mut impl Future<Output = ()>>,
 ) -> Result<()> {
     let mut response = match upstream.response_header() {
         Some(h) => h.clone(),
@@ -238,8 +237,10 @@ async fn relay_response(
         held_answer::Tagging::Untouched => None,
         held_answer::Tagging::Stream(tagger) => Some(tagger),
         held_answer::Tagging::Whole(holder) => {
-            return held_answer::relay_whole(session, app, ctx, upstream, response, holder, gone)
-                .await;
+            return held_answer::relay_whole(
+                session, departure, app, ctx, upstream, response, holder,
+            )
+            .await;
         }
     };
     // The header goes out at once, with whatever body has already arrived.
@@ -249,11 +250,9 @@ async fn relay_response(
         let mut batch = Batch::default();
         let mut outcome = Ok(false);
         if tasks.is_empty() {
-            let chunk = tokio::select! {
-                biased;
-                chunk = upstream.read_response_body() => chunk,
-                () = gone.as_mut() => return Err(client_left()),
-            };
+            let chunk = departure
+                .race(session, upstream.read_response_body())
+                .await?;
             outcome = batch.take(chunk, upstream, &mut tasks, ctx, app, &mut tagger);
         }
         while matches!(outcome, Ok(false)) && batch.has_room() {

@@ -2,8 +2,8 @@
 //! ([`crate::body::id_splice`]): a stream event by event as it arrives, a JSON answer once whole
 //! (its length changes, so its `Content-Length` is set again).
 
-use super::client_watch::client_left;
 use super::ctx::RequestCtx;
+use super::departure::Departure;
 use super::{outcome, overhead};
 use crate::app::App;
 use crate::body::holder_tag::HolderTag;
@@ -14,8 +14,6 @@ use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::protocols::http::HttpTask;
 use pingora_core::Result;
 use pingora_proxy::Session;
-use std::future::Future;
-use std::pin::Pin;
 
 /// Largest JSON answer held back to tag its ids; a longer one goes out as it came.
 pub const MAX_WHOLE_BYTES: usize = 8 << 20;
@@ -70,18 +68,18 @@ pub fn retag(tagger: &mut StreamTagger, chunk: Option<Bytes>, end: bool) -> Opti
 /// [`MAX_WHOLE_BYTES`] it is relayed as it came.
 pub async fn relay_whole(
     session: &mut Session,
+    departure: &mut Departure,
     app: &App,
     ctx: &mut RequestCtx,
     upstream: &mut HttpSession,
     mut response: ResponseHeader,
     holder: HolderTag,
-    mut gone: Pin<&mut impl Future<Output = ()>>,
 ) -> Result<()> {
     let mut body = Vec::new();
     let mut end = false;
     while !end && body.len() <= MAX_WHOLE_BYTES {
         let chunk;
-        (chunk, end) = next_piece(upstream, gone.as_mut(), ctx, app).await?;
+        (chunk, end) = next_piece(session, departure, upstream, ctx, app).await?;
         body.extend_from_slice(chunk.as_deref().unwrap_or_default());
     }
     if end {
@@ -104,7 +102,7 @@ pub async fn relay_whole(
     written.map_err(|e| e.into_down())?;
     while !end {
         let chunk;
-        (chunk, end) = next_piece(upstream, gone.as_mut(), ctx, app).await?;
+        (chunk, end) = next_piece(session, departure, upstream, ctx, app).await?;
         session
             .write_response_tasks(vec![HttpTask::Body(chunk, end)])
             .await
@@ -116,16 +114,15 @@ pub async fn relay_whole(
 /// The next piece of the provider's body, accounted, and whether it ends the body; the client
 /// leaving ends the request.
 async fn next_piece(
+    session: &mut Session,
+    departure: &mut Departure,
     upstream: &mut HttpSession,
-    gone: Pin<&mut impl Future<Output = ()>>,
     ctx: &mut RequestCtx,
     app: &App,
 ) -> Result<(Option<Bytes>, bool)> {
-    let chunk = tokio::select! {
-        biased;
-        chunk = upstream.read_response_body() => chunk,
-        () = gone => return Err(client_left()),
-    };
+    let chunk = departure
+        .race(session, upstream.read_response_body())
+        .await?;
     let chunk = chunk.map_err(|e| e.into_up())?;
     let end = chunk.is_none() || upstream.response_done();
     outcome::response_body_filter(chunk.as_deref().unwrap_or_default(), end, ctx, app);

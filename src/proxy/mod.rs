@@ -10,6 +10,7 @@ pub mod admission;
 mod client_gate;
 mod client_watch;
 pub mod ctx;
+mod departure;
 mod fail_to_proxy;
 mod forward;
 pub mod header_guard;

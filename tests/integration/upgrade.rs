@@ -1,9 +1,12 @@
 //! Graceful upgrade: a new process started with `-u` takes the listening sockets over when the
 //! old one gets SIGQUIT — under continuous load with zero failed requests, in-flight streams
-//! completing — and takes the routing state (per-candidate EWMAs) over with them.
+//! completing — and takes the routing state (per-candidate EWMAs) over with them. The new
+//! process reads the `[listen_tls]` certificate and key again: replaced files are served to
+//! new connections while the old process finishes its TLS streams with the old certificate.
 
 use crate::common;
 
+use common::tls::{edge_config, throwaway_certificate, Throwaway, EDGE_KEY};
 use common::*;
 use futures_util::StreamExt;
 use nix::sys::signal::Signal;
@@ -311,4 +314,129 @@ async fn an_upgrade_with_a_new_metrics_listener_config_serves_it_from_the_new_pr
     assert_eq!(v["pid"], new.pid());
     let health = get_url(format!("http://{metrics}/health")).await;
     assert_eq!(health.status(), 200);
+}
+
+/// An HTTPS client trusting every CA of `certs`, reporting the certificate each answer came
+/// with, on a new connection for every request.
+fn tls_client(certs: &[&Throwaway], http1_only: bool) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .tls_info(true)
+        .pool_max_idle_per_host(0);
+    for cert in certs {
+        let ca = reqwest::Certificate::from_pem(&std::fs::read(&cert.ca_pem).unwrap()).unwrap();
+        builder = builder.add_root_certificate(ca);
+    }
+    if http1_only {
+        builder = builder.http1_only();
+    }
+    builder.build().unwrap()
+}
+
+/// A chat request to the TLS listener with the edge client's key.
+async fn tls_chat(client: &reqwest::Client, port: u16, stream: bool) -> reqwest::Response {
+    client
+        .post(format!("https://127.0.0.1:{port}/v1/chat/completions"))
+        .header("authorization", format!("Bearer {EDGE_KEY}"))
+        .header("content-type", "application/json")
+        .body(chat_body("fast", stream))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The leaf certificate (DER) the server presented for `resp`.
+fn presented(resp: &reqwest::Response) -> Vec<u8> {
+    resp.extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .and_then(|info| info.peer_certificate())
+        .expect("the TLS peer certificate")
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_reads_the_tls_certificate_again_and_in_flight_tls_streams_finish() {
+    let sim = FakeProvider::start("up").await.unwrap();
+    // Streams of 13 events 600 ms apart outlive the old process's 5 s hand-over.
+    sim.behaviour.set_chunks(12);
+    sim.behaviour.set_chunk_interval(Duration::from_millis(600));
+    let first = throwaway_certificate();
+    let second = throwaway_certificate();
+    let port = free_port();
+    let config = edge_config(&sim, &first, port, "");
+    let dir = scratch_dir();
+    let yaml = pingora_yaml(&dir);
+    let yaml_arg = yaml.to_string_lossy().into_owned();
+    let mut old = Proxy::start_with(&config, &[], &["-c", &yaml_arg]).await;
+
+    // A stream in flight on the old process over each HTTP version.
+    let mut in_flight = Vec::new();
+    for (http1_only, version) in [
+        (false, http::Version::HTTP_2),
+        (true, http::Version::HTTP_11),
+    ] {
+        let client = tls_client(&[&first, &second], http1_only);
+        let mut resp = tls_chat(&client, port, true).await;
+        assert_eq!((resp.status().as_u16(), resp.version()), (200, version));
+        assert_eq!(presented(&resp), first.leaf_der);
+        let head = resp.chunk().await.unwrap().expect("first chunk");
+        in_flight.push(tokio::spawn(async move {
+            let mut body = head.to_vec();
+            while let Some(chunk) = resp.chunk().await.map_err(|e| format!("{e:?}"))? {
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, String>((version, String::from_utf8_lossy(&body).into_owned()))
+        }));
+    }
+
+    // The files are replaced by another CA's certificate and key; the config stays as it was.
+    std::fs::copy(&second.cert_pem, &first.cert_pem).unwrap();
+    std::fs::copy(&second.key_pem, &first.key_pem).unwrap();
+    let _new = upgrade(&old, &config, &yaml).await;
+
+    // The old process accepts for a few seconds more; the new one serves the new certificate
+    // from its first connection on.
+    let client = tls_client(&[&first, &second], false);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let resp = tls_chat(&client, port, false).await;
+        assert_eq!(resp.status(), 200);
+        if presented(&resp) == second.leaf_der {
+            break;
+        }
+        assert_eq!(presented(&resp), first.leaf_der);
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate is never served"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = old.wait_exit(Duration::from_secs(30)).await;
+    let status = status.unwrap_or_else(|| panic!("old still running:\n{}", old.logs()));
+    assert_eq!(status.code(), Some(0), "{}", old.logs());
+
+    for stream in in_flight {
+        let (version, text) = stream
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("stream broke: {e}"));
+        assert!(
+            text.trim_end().ends_with("data: [DONE]"),
+            "{version:?}: {text}"
+        );
+        assert_eq!(text.matches("\"delta\"").count(), 13, "{version:?}: {text}");
+    }
+    // Once the old process is gone, every new connection, over either version, gets the new
+    // certificate; a client trusting only the old CA is refused.
+    for http1_only in [false, true] {
+        let resp = tls_chat(&tls_client(&[&second], http1_only), port, true).await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(presented(&resp), second.leaf_der);
+    }
+    let refused = tls_client(&[&first], false)
+        .post(format!("https://127.0.0.1:{port}/v1/chat/completions"))
+        .send()
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
 }

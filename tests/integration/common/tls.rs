@@ -1,12 +1,19 @@
-//! An HTTPS front for a fake provider, with a certificate from a throwaway test CA.
+//! Throwaway test CAs and what uses them: an HTTPS front for a fake provider, sturnus's
+//! own `[listen_tls]` config, and an HTTP/2 client connection that opens streams one by one.
 
+use bytes::Bytes;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio_rustls::rustls::ServerConfig;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::pki_types::{
+    CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName,
+};
+use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// The client key `[auth]` of [`edge_config`] accepts.
+pub const EDGE_KEY: &str = "sk-edge-client";
 
 /// A TLS-terminating listener forwarding to a plain-HTTP backend.
 pub struct TlsFront {
@@ -24,7 +31,10 @@ pub struct Throwaway {
     pub cert_pem: PathBuf,
     /// The leaf's private key (PKCS#8).
     pub key_pem: PathBuf,
-    leaf_der: Vec<u8>,
+    /// The CA's certificate (DER), for a client's root store.
+    pub ca_der: Vec<u8>,
+    /// The leaf certificate (DER), to compare with what a server presents.
+    pub leaf_der: Vec<u8>,
     key_der: Vec<u8>,
 }
 
@@ -53,6 +63,7 @@ pub fn throwaway_certificate() -> Throwaway {
         ca_pem,
         cert_pem,
         key_pem,
+        ca_der: ca.der().to_vec(),
         leaf_der: leaf.der().to_vec(),
         key_der: leaf_key.serialize_der(),
     }
@@ -106,4 +117,46 @@ pub async fn expect_https_round_trip(proxy: &super::Proxy, sim: &super::FakeProv
         got.header("authorization"),
         Some(format!("Bearer {key}").as_str())
     );
+}
+
+/// sturnus's config for a `[listen_tls]` on 127.0.0.1:`port` with `cert`'s files, `[auth]` with
+/// one client key ([`EDGE_KEY`]), and alias `fast` on `sim` (model `m`); `extra` goes last.
+pub fn edge_config(sim: &super::FakeProvider, cert: &Throwaway, port: u16, extra: &str) -> String {
+    format!(
+        "{}[listen_tls]\nlisten = \"127.0.0.1:{port}\"\ncert = \"{}\"\nkey = \"{}\"\n\
+         [auth]\n[[auth.key]]\nname = \"edge-client\"\nkey = \"{EDGE_KEY}\"\n{extra}",
+        super::fast_alias_config("up", sim, "m", Some("sk-provider")),
+        cert.cert_pem.display(),
+        cert.key_pem.display(),
+    )
+}
+
+/// An HTTP/2 client connection (TLS, ALPN `h2`) to 127.0.0.1:`port`, trusting `cert`'s CA: the
+/// handle that opens streams, and the task that drives the connection (aborting it closes the
+/// connection, as a client that goes away does).
+pub async fn h2_connection(
+    port: u16,
+    cert: &Throwaway,
+) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<()>) {
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(cert.ca_der.clone()))
+        .unwrap();
+    let mut config = ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (streams, connection) = h2::client::handshake(tls).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (streams, driver)
 }
