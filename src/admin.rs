@@ -6,7 +6,7 @@
 
 use crate::api::respond;
 use crate::app::App;
-use crate::routing::{now_us, CandidateStats, ErrorKind, Mode, QuotaKind, QuotaView};
+use crate::routing::{self, now_us, CandidateStats, ErrorKind, Mode, QuotaKind, QuotaView};
 use pingora_core::Result;
 use pingora_proxy::Session;
 use serde_json::{json, Value};
@@ -181,16 +181,26 @@ pub fn status(app: &App) -> Value {
                     let s = &c.stats;
                     let success = s.success();
                     let per_mode = |mode: Mode| {
-                        let lat = s.latency_ms(mode);
-                        let snap = s.snapshot(mode);
+                        let snap = s.snapshot_at(mode, now);
+                        let charged = routing::charged_latency_us(&snap, &params.rule);
+                        let min_success = params.rule.score.min_success;
                         json!({
-                            "latency_ms": lat,
-                            "effective_latency_ms": lat.map(|l| l / success.max(0.001)),
+                            "latency_ms": s.latency_ms(mode),
+                            "waiting_age_ms": snap.wait_age_us.map(|a| a / 1000.0),
                             "load_ms_per_request": snap.load_slope_us / 1000.0,
                             "load_mean_in_flight": snap.load_mean_inflight,
+                            "charged_latency_ms": charged.map(|l| l / 1000.0),
+                            "effective_latency_ms": charged.map(|l| l / 1000.0 / success.max(min_success)),
                             "congestion_discount": snap.discount,
                         })
                     };
+                    let lulled = routing::lull::lulled(now, alias.candidates.len(), &params.rule.lull)
+                        == Some(i)
+                        && s.takes_lulls();
+                    let backed_off_ms = s
+                        .back_off_deadline_us()
+                        .filter(|&until| until > now)
+                        .map(|until| (until - now) / 1000);
                     json!({
                         "provider": c.provider.name,
                         "model": c.model,
@@ -209,6 +219,8 @@ pub fn status(app: &App) -> Value {
                         "last_error": last_error(s.last_error()),
                         "quota": quota(s, now),
                         "pacing": s.pacing(now),
+                        "in_lull": lulled,
+                        "backed_off_for_ms": backed_off_ms,
                     })
                 })
                 .collect();

@@ -50,8 +50,8 @@ pub use pressure::now_us;
 pub use quota::{QuotaKind, QuotaView};
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
-    choose, choose_at, choose_keyed, choose_keyed_at, pick_index, shares, shares_for,
-    shares_for_at, weights, weights_for, Choice, Keyed, INLINE_CANDIDATES,
+    charged_latency_us, choose, choose_at, choose_keyed, choose_keyed_at, pick_index, shares,
+    shares_for, shares_for_at, weights, weights_for, Choice, Keyed, INLINE_CANDIDATES,
 };
 pub use tracker::{
     Answer, CandidateStats, Health, InflightGuard, OwnedInflightGuard, Snapshot, StatsSnapshot,

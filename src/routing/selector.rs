@@ -106,6 +106,31 @@ impl Stake {
     }
 }
 
+/// The latency a pick charges a warm candidate (µs): the EWMA, or the waiting-age estimate
+/// when that is larger, plus the load charge of our requests in flight ([`super::load`]).
+/// `None` while the candidate has no finite latency in this mode (cold). /status shows it as
+/// `charged_latency_ms`.
+#[inline]
+pub fn charged_latency_us(s: &Snapshot, rule: &RuleParams) -> Option<f64> {
+    let wait = &rule.wait_age;
+    // Finite and not negative (NaN fails both comparisons).
+    let lat = s.latency_us.filter(|l| (0.0..f64::INFINITY).contains(l))?;
+    let lat = match s
+        .wait_age_us
+        .map(|age| wait.factor * age - wait.slack * lat)
+    {
+        Some(waiting) if waiting > lat => waiting,
+        _ => lat,
+    };
+    Some(charged_latency(
+        lat,
+        s.load_slope_us,
+        s.inflight,
+        s.load_mean_inflight,
+        &rule.load,
+    ))
+}
+
 /// The single scoring function. A warm candidate's speed is `success / latency`, with success
 /// clamped to `[min_success, 1]` and latency to at least `min_latency_us` ([`super::params::ScoreParams`]).
 /// The latency is the EWMA, or the waiting age's `factor` times the mean age of the requests
@@ -114,7 +139,7 @@ impl Stake {
 /// form needs one division per candidate instead of two. `k` is the exponent from [`sane_k`].
 #[inline]
 fn score(s: &Snapshot, k: f64, rule: &RuleParams) -> Score {
-    let (bounds, wait) = (&rule.score, &rule.wait_age);
+    let bounds = &rule.score;
     // A NaN success rate (never produced by the tracker) counts as the worst.
     let success = if s.success.is_nan() {
         bounds.min_success
@@ -122,23 +147,8 @@ fn score(s: &Snapshot, k: f64, rule: &RuleParams) -> Score {
         s.success.clamp(bounds.min_success, 1.0)
     };
     let backed_off = s.backed_off;
-    match s.latency_us {
-        // Finite and not negative (NaN fails both comparisons).
-        Some(lat) if (0.0..f64::INFINITY).contains(&lat) => {
-            let lat = match s
-                .wait_age_us
-                .map(|age| wait.factor * age - wait.slack * lat)
-            {
-                Some(waiting) if waiting > lat => waiting,
-                _ => lat,
-            };
-            let lat = charged_latency(
-                lat,
-                s.load_slope_us,
-                s.inflight,
-                s.load_mean_inflight,
-                &rule.load,
-            );
+    match charged_latency_us(s, rule) {
+        Some(lat) => {
             let speed = success / lat.max(bounds.min_latency_us);
             Score::Warm {
                 speed: discounted(speed, s.discount, s.pacing, k),

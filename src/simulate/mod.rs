@@ -84,7 +84,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run only this built-in scenario (repeatable): step, outage, flaky, rate-limited, herd,
-    /// herd-200, herd-60, herd-90, herd-four, herd-step, herd-hosted, quota, conversations,
+    /// herd-200, herd-60, herd-90, herd-four, herd-step, herd-hosted, steady-lone, quota, conversations,
     /// conversations-spread.
     #[arg(long = "scenario", value_name = "NAME")]
     pub scenarios: Vec<String>,

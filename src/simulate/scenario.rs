@@ -143,7 +143,7 @@ pub enum Size {
 }
 
 /// The built-in scenarios: name and TOML text (the files under `docs/routing/scenarios/`).
-pub const BUILT_IN: [(&str, &str); 14] = [
+pub const BUILT_IN: [(&str, &str); 15] = [
     (
         "step",
         include_str!("../../docs/routing/scenarios/step.toml"),
@@ -187,6 +187,10 @@ pub const BUILT_IN: [(&str, &str); 14] = [
     (
         "herd-hosted",
         include_str!("../../docs/routing/scenarios/herd-hosted.toml"),
+    ),
+    (
+        "steady-lone",
+        include_str!("../../docs/routing/scenarios/steady-lone.toml"),
     ),
     (
         "quota",

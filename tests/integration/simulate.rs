@@ -61,7 +61,7 @@ fn num(v: &Value, key: &str) -> f64 {
 }
 
 /// Every built-in scenario, in the order the report lists them.
-const SCENARIOS: [&str; 14] = [
+const SCENARIOS: [&str; 15] = [
     "step",
     "outage",
     "flaky",
@@ -73,6 +73,7 @@ const SCENARIOS: [&str; 14] = [
     "herd-four",
     "herd-step",
     "herd-hosted",
+    "steady-lone",
     "quota",
     "conversations",
     "conversations-spread",
