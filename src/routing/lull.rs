@@ -78,8 +78,9 @@ fn lull(now_us: u64, of: usize, p: &LullParams) -> Option<(usize, u64)> {
         return None;
     }
     let t = now_us.wrapping_add(FLEET_OFFSET_US.load(Relaxed));
-    let into = t % p.period_us;
-    (into < p.window_us).then(|| (((t / p.period_us) % of as u64) as usize, into))
+    let period = t / p.period_us;
+    let into = t - period * p.period_us;
+    (into < p.window_us).then(|| ((period % of as u64) as usize, into))
 }
 
 /// Which position of an alias of `of` candidates is in its lull at `now_us`, if any.
