@@ -33,14 +33,19 @@ pub struct KeyedParams {
     pub smoothing: f64,
 }
 
+impl KeyedParams {
+    /// The defaults, as a constant.
+    pub const DEFAULT: KeyedParams = KeyedParams {
+        hit_rate_alpha: 0.02,
+        hold_rate: 0.85,
+        exploit: 4.0,
+        smoothing: 0.3,
+    };
+}
+
 impl Default for KeyedParams {
     fn default() -> Self {
-        Self {
-            hit_rate_alpha: 0.02,
-            hold_rate: 0.85,
-            exploit: 4.0,
-            smoothing: 0.3,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -85,17 +90,7 @@ mod tests {
 
     const NS: Mode = Mode::NonStreaming;
     const ST: Mode = Mode::Streaming;
-    const P: KeyedParams = KeyedParams {
-        hit_rate_alpha: 0.02,
-        hold_rate: 0.85,
-        exploit: 4.0,
-        smoothing: 0.3,
-    };
-
-    #[test]
-    fn the_test_constants_are_the_defaults() {
-        assert_eq!(P, KeyedParams::default());
-    }
+    const P: KeyedParams = KeyedParams::DEFAULT;
 
     #[test]
     fn the_exponent_sharpens_only_once_most_keyed_answers_hit() {

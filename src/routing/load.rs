@@ -37,14 +37,19 @@ pub struct LoadParams {
     pub min_charge: f64,
 }
 
+impl LoadParams {
+    /// The defaults, as a constant.
+    pub const DEFAULT: LoadParams = LoadParams {
+        window_s: 30.0,
+        prior_variance: 0.1,
+        min_gap_us: 1_000,
+        min_charge: 0.01,
+    };
+}
+
 impl Default for LoadParams {
     fn default() -> Self {
-        Self {
-            window_s: 30.0,
-            prior_variance: 0.1,
-            min_gap_us: 1_000,
-            min_charge: 0.01,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -151,17 +156,7 @@ mod tests {
     use super::*;
 
     const SEC: u64 = 1_000_000;
-    const P: LoadParams = LoadParams {
-        window_s: 30.0,
-        prior_variance: 0.1,
-        min_gap_us: 1_000,
-        min_charge: 0.01,
-    };
-
-    #[test]
-    fn the_test_constants_are_the_defaults() {
-        assert_eq!(P, LoadParams::default());
-    }
+    const P: LoadParams = LoadParams::DEFAULT;
 
     #[test]
     fn latency_that_grows_with_our_load_gives_its_slope() {

@@ -38,14 +38,19 @@ pub struct LullParams {
     pub discount: f64,
 }
 
+impl LullParams {
+    /// The defaults, as a constant.
+    pub const DEFAULT: LullParams = LullParams {
+        period_us: 20_000_000,
+        window_us: 1_500_000,
+        settle_us: 400_000,
+        discount: 1.5,
+    };
+}
+
 impl Default for LullParams {
     fn default() -> Self {
-        Self {
-            period_us: 20_000_000,
-            window_us: 1_500_000,
-            settle_us: 400_000,
-            discount: 1.5,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -101,17 +106,7 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000;
-    const P: LullParams = LullParams {
-        period_us: 20_000_000,
-        window_us: 1_500_000,
-        settle_us: 400_000,
-        discount: 1.5,
-    };
-
-    #[test]
-    fn the_test_constants_are_the_defaults() {
-        assert_eq!(P, LullParams::default());
-    }
+    const P: LullParams = LullParams::DEFAULT;
 
     #[test]
     fn no_discount_or_no_period_turns_lulls_off() {

@@ -28,13 +28,18 @@ pub struct ScoreParams {
     pub min_latency_us: f64,
 }
 
+impl ScoreParams {
+    /// The defaults, as a constant.
+    pub const DEFAULT: ScoreParams = ScoreParams {
+        cold_weight: 0.25,
+        min_success: 0.001,
+        min_latency_us: 1.0,
+    };
+}
+
 impl Default for ScoreParams {
     fn default() -> Self {
-        Self {
-            cold_weight: 0.25,
-            min_success: 0.001,
-            min_latency_us: 1.0,
-        }
+        Self::DEFAULT
     }
 }
 

@@ -37,12 +37,17 @@ pub struct WaitAgeParams {
     pub slack: f64,
 }
 
+impl WaitAgeParams {
+    /// The defaults, as a constant.
+    pub const DEFAULT: WaitAgeParams = WaitAgeParams {
+        factor: 2.0,
+        slack: 0.5,
+    };
+}
+
 impl Default for WaitAgeParams {
     fn default() -> Self {
-        Self {
-            factor: 2.0,
-            slack: 0.5,
-        }
+        Self::DEFAULT
     }
 }
 

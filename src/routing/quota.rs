@@ -46,16 +46,21 @@ pub struct QuotaParams {
     pub refill: f64,
 }
 
+impl QuotaParams {
+    /// The defaults, as a constant.
+    pub const DEFAULT: QuotaParams = QuotaParams {
+        min_factor: 0.01,
+        gain: 0.5,
+        step_limit: 1.5,
+        reserve: 0.05,
+        rate_alpha: 0.2,
+        refill: 0.1,
+    };
+}
+
 impl Default for QuotaParams {
     fn default() -> Self {
-        Self {
-            min_factor: 0.01,
-            gain: 0.5,
-            step_limit: 1.5,
-            reserve: 0.05,
-            rate_alpha: 0.2,
-            refill: 0.1,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -309,19 +314,7 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000;
-    const P: QuotaParams = QuotaParams {
-        min_factor: 0.01,
-        gain: 0.5,
-        step_limit: 1.5,
-        reserve: 0.05,
-        rate_alpha: 0.2,
-        refill: 0.1,
-    };
-
-    #[test]
-    fn the_test_constants_are_the_defaults() {
-        assert_eq!(P, QuotaParams::default());
-    }
+    const P: QuotaParams = QuotaParams::DEFAULT;
 
     /// A fleet using `rate` per second of a 60-second window of `limit`, read every `every_us`
     /// by one sidecar, from `start` (µs into the window) for `secs` seconds. Returns the final
