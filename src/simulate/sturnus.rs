@@ -310,6 +310,41 @@ mod tests {
         assert_eq!(s.stats()[1].back_off_deadline_us(), None);
     }
 
+    fn answered(latency: Micros) -> Response {
+        Response {
+            latency,
+            reply: Reply::Ok,
+            quota: None,
+            cached: false,
+        }
+    }
+
+    #[test]
+    fn concurrent_attempts_answered_out_of_order_each_close_their_own_handle() {
+        // Six attempts sent 1 ms apart answer in a shuffled order; each answer must close the
+        // handle of the attempt it answers (found by its send time), so that its latency is
+        // folded in with that attempt's own send-time load, and the others keep waiting.
+        let mut s = Sturnus::new(1, Variant::current());
+        let sent: Vec<Micros> = (0..6).map(|i| i * MS).collect();
+        for &at in &sent {
+            s.started(0, at);
+        }
+        let mut open: Vec<Micros> = sent.clone();
+        for (k, &i) in [3usize, 0, 5, 1, 4, 2].iter().enumerate() {
+            let latency = 200 * MS + 7 * MS * k as Micros;
+            s.finished(0, sent[i] + latency, &answered(latency));
+            open.retain(|&at| at != sent[i]);
+            let mut waiting: Vec<Micros> = s.waiting[0].iter().map(|g| g.sent_us()).collect();
+            waiting.sort_unstable();
+            assert_eq!(
+                waiting, open,
+                "after answering the attempt sent at {}",
+                sent[i]
+            );
+        }
+        assert_eq!(s.stats()[0].inflight(), 0);
+    }
+
     #[test]
     fn current_variant_uses_every_signal() {
         let mut s = Sturnus::new(2, Variant::current());
