@@ -371,8 +371,11 @@ mod tests {
                 let s = scenario(name, size).unwrap_or_else(|| panic!("{name}"));
                 assert_eq!(s.name, name);
                 assert!(s.focus.0 < s.focus.1 && s.focus.1 <= s.duration, "{name}");
-                // Shared capacity: the herds, and the conversations the fleet must spread.
-                let shared = name.starts_with("herd") || name == "conversations-spread";
+                // Servers: the herds, the conversations the fleet must spread, and the lone
+                // proxy's steady shares (servers it never fills, for the share figures).
+                let shared = name.starts_with("herd")
+                    || name == "conversations-spread"
+                    || name == "steady-lone";
                 assert_eq!(s.herd, shared, "{name}");
                 assert_eq!(
                     s.herd,
