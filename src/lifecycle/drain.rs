@@ -1,8 +1,9 @@
 //! The drain: count open proxy connections and end the process once the last one is done.
 //!
 //! [`Draining`] wraps the proxy's Pingora app. Pingora calls `process_new` once per downstream
-//! connection (HTTP/1.1 keep-alive requests loop inside it), so counting calls in progress counts
-//! open connections, whether a request is in flight or the connection waits for the next one.
+//! connection; [`Draining`] serves the connection in a task of its own (HTTP/1.1 keep-alive
+//! requests loop inside it) and counts it open for that task's life, whether a request is in
+//! flight or the connection waits for the next one.
 //!
 //! When Pingora stops the proxy listener (SIGTERM, or 5 s after SIGQUIT handed the sockets over)
 //! it calls `cleanup`. The inner cleanup (the header guard's, then Pingora's) closes idle
@@ -83,8 +84,21 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Draining<A> {
         session: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let _open = self.lifecycle.open_connection();
-        self.inner.process_new(session, shutdown).await
+        let open = self.lifecycle.open_connection();
+        let inner = self.inner.clone();
+        let shutdown = shutdown.clone();
+        // Pingora's accept task holds its TLS handshake state inline (about 5 KiB, on the plain
+        // listener too) for as long as `process_new` runs, idle keep-alive included. The
+        // connection goes on in a task of its own, sized to what it holds, and the accept task
+        // ends now.
+        tokio::spawn(async move {
+            let _open = open;
+            let mut next = Some(session);
+            while let Some(stream) = next.take() {
+                next = inner.process_new(stream, &shutdown).await;
+            }
+        });
+        None
     }
 
     async fn cleanup(&self) {
