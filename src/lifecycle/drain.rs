@@ -128,6 +128,45 @@ mod tests {
         }
     }
 
+    /// Holds its connection until told to let go.
+    struct Held(tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>);
+
+    #[async_trait]
+    impl ServerApp for Held {
+        async fn process_new(self: &Arc<Self>, _: Stream, _: &ShutdownWatch) -> Option<Stream> {
+            let release = self.0.lock().await.take();
+            if let Some(release) = release {
+                let _ = release.await;
+            }
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_served_in_its_own_task_and_counted_until_it_ends() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let (_client, accepted) = (client.unwrap(), accepted.unwrap().0);
+        let stream: Stream = Box::new(pingora_core::protocols::l4::stream::Stream::from(accepted));
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel();
+        let lifecycle = Arc::new(Lifecycle::new());
+        let held = Held(tokio::sync::Mutex::new(Some(release_rx)));
+        let draining = Arc::new(Draining::new(held, lifecycle.clone(), || {}));
+        let (_tx, shutdown) = tokio::sync::watch::channel(false);
+        // Pingora's accept task gets the call back at once; the connection lives on.
+        let back = tokio::time::timeout(
+            Duration::from_secs(5),
+            draining.process_new(stream, &shutdown),
+        );
+        assert!(back.await.expect("returned at once").is_none());
+        assert_eq!(lifecycle.connections(), 1);
+        release_tx.send(()).unwrap();
+        while lifecycle.connections() > 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn cleanup_waits_for_open_connections_then_reports_drained() {
         let lifecycle = Arc::new(Lifecycle::new());
