@@ -1,8 +1,9 @@
 //! The drain: count open proxy connections and end the process once the last one is done.
 //!
 //! [`Draining`] wraps the proxy's Pingora app. Pingora calls `process_new` once per downstream
-//! connection (HTTP/1.1 keep-alive requests loop inside it), so counting calls in progress counts
-//! open connections, whether a request is in flight or the connection waits for the next one.
+//! connection; [`Draining`] serves the connection in a task of its own (HTTP/1.1 keep-alive
+//! requests loop inside it) and counts it open for that task's life, whether a request is in
+//! flight or the connection waits for the next one.
 //!
 //! When Pingora stops the proxy listener (SIGTERM, or 5 s after SIGQUIT handed the sockets over)
 //! it calls `cleanup`. The inner cleanup (the header guard's, then Pingora's) closes idle
@@ -83,8 +84,21 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Draining<A> {
         session: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let _open = self.lifecycle.open_connection();
-        self.inner.process_new(session, shutdown).await
+        let open = self.lifecycle.open_connection();
+        let inner = self.inner.clone();
+        let shutdown = shutdown.clone();
+        // Pingora's accept task holds its TLS handshake state inline (about 5 KiB, on the plain
+        // listener too) for as long as `process_new` runs, idle keep-alive included. The
+        // connection goes on in a task of its own, sized to what it holds, and the accept task
+        // ends now.
+        tokio::spawn(async move {
+            let _open = open;
+            let mut next = Some(session);
+            while let Some(stream) = next.take() {
+                next = inner.process_new(stream, &shutdown).await;
+            }
+        });
+        None
     }
 
     async fn cleanup(&self) {
@@ -111,6 +125,45 @@ mod tests {
     impl ServerApp for Nothing {
         async fn process_new(self: &Arc<Self>, _: Stream, _: &ShutdownWatch) -> Option<Stream> {
             None
+        }
+    }
+
+    /// Holds its connection until told to let go.
+    struct Held(tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>);
+
+    #[async_trait]
+    impl ServerApp for Held {
+        async fn process_new(self: &Arc<Self>, _: Stream, _: &ShutdownWatch) -> Option<Stream> {
+            let release = self.0.lock().await.take();
+            if let Some(release) = release {
+                let _ = release.await;
+            }
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_served_in_its_own_task_and_counted_until_it_ends() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let (_client, accepted) = (client.unwrap(), accepted.unwrap().0);
+        let stream: Stream = Box::new(pingora_core::protocols::l4::stream::Stream::from(accepted));
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel();
+        let lifecycle = Arc::new(Lifecycle::new());
+        let held = Held(tokio::sync::Mutex::new(Some(release_rx)));
+        let draining = Arc::new(Draining::new(held, lifecycle.clone(), || {}));
+        let (_tx, shutdown) = tokio::sync::watch::channel(false);
+        // Pingora's accept task gets the call back at once; the connection lives on.
+        let back = tokio::time::timeout(
+            Duration::from_secs(5),
+            draining.process_new(stream, &shutdown),
+        );
+        assert!(back.await.expect("returned at once").is_none());
+        assert_eq!(lifecycle.connections(), 1);
+        release_tx.send(()).unwrap();
+        while lifecycle.connections() > 0 {
+            tokio::task::yield_now().await;
         }
     }
 

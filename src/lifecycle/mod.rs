@@ -18,6 +18,7 @@ pub mod outlive;
 pub mod signals;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Shared lifecycle state of one sturnus process.
 #[derive(Debug, Default)]
@@ -61,21 +62,24 @@ impl Lifecycle {
         self.connections.load(Ordering::Acquire)
     }
 
-    /// Counts a proxy connection as open until the returned guard drops.
-    pub fn open_connection(&self) -> ConnectionGuard<'_> {
+    /// Counts a proxy connection as open until the returned guard drops (it may move into the
+    /// connection's own task).
+    pub fn open_connection(self: &Arc<Self>) -> ConnectionGuard {
         self.connections.fetch_add(1, Ordering::AcqRel);
-        ConnectionGuard { lifecycle: self }
+        ConnectionGuard {
+            lifecycle: self.clone(),
+        }
     }
 }
 
 /// Keeps one proxy connection counted as open; releases it on drop (also when cancelled).
 #[must_use = "the connection stops counting as open as soon as the guard drops"]
 #[derive(Debug)]
-pub struct ConnectionGuard<'a> {
-    lifecycle: &'a Lifecycle,
+pub struct ConnectionGuard {
+    lifecycle: Arc<Lifecycle>,
 }
 
-impl Drop for ConnectionGuard<'_> {
+impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.lifecycle.connections.fetch_sub(1, Ordering::AcqRel);
     }
@@ -97,7 +101,7 @@ mod tests {
 
     #[test]
     fn connection_guards_count_and_release() {
-        let l = Lifecycle::new();
+        let l = Arc::new(Lifecycle::new());
         {
             let _a = l.open_connection();
             let _b = l.open_connection();
