@@ -367,3 +367,51 @@ async fn retry_after_on_429_keeps_traffic_off_the_candidate_until_then() {
     let status = proxy.status().await;
     assert_eq!(status["aliases"][0]["candidates"][0]["failures"], 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_streams_whose_outcomes_come_late_each_feed_their_own_load_sample() {
+    // The provider's first chunk comes 20 ms + 15 ms per other request it is working on, and
+    // each stream ends 100 ms after it: every first chunk of a wave is in before the wave's
+    // first outcome. Each outcome must be folded in with its own request's latency and
+    // send-time load (the request's handle): then the candidate's load slope is the provider's
+    // 15 ms per request. Paired with the latest first chunk instead, every outcome of a wave
+    // would carry the same latency and the slope would be about 0.
+    let (p, proxy) = one_provider("m", None, NO_LULLS).await;
+    p.behaviour.set_latency(Duration::from_millis(20));
+    p.behaviour
+        .set_latency_per_concurrent(Duration::from_millis(15));
+    p.behaviour.set_chunks(10);
+    p.behaviour.set_chunk_interval(Duration::from_millis(10));
+    let url = Arc::new(proxy.url("/v1/chat/completions"));
+    for wave in 0..60 {
+        let size = 1 + wave % 6;
+        let streams: Vec<_> = (0..size)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move {
+                    let resp = send_chat(&client(), url.as_str(), true).await;
+                    assert_eq!(resp.status(), 200);
+                    resp.bytes().await.unwrap();
+                })
+            })
+            .collect();
+        for s in streams {
+            s.await.unwrap();
+        }
+    }
+    // The last outcome is recorded just after its stream's last byte.
+    let mut slope = 0.0;
+    for _ in 0..50 {
+        let status = proxy.status().await;
+        let streaming = &status["aliases"][0]["candidates"][0]["streaming"];
+        slope = streaming["load_ms_per_request"].as_f64().unwrap();
+        if (8.0..25.0).contains(&slope) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        (8.0..25.0).contains(&slope),
+        "load slope {slope} ms per request, the provider adds 15"
+    );
+}
