@@ -151,7 +151,7 @@ impl Default for RoutingConfig {
         RoutingConfig {
             ewma_alpha: 0.4,
             exploit_k: 6.0,
-            probe_floor: 0.01,
+            probe_floor: 0.02,
             error_threshold: 0.5,
             rule: Default::default(),
             prefix_affinity: crate::routing::rendezvous::PREFIX_AFFINITY_DEFAULT,
@@ -183,7 +183,7 @@ mod tests {
         );
         assert_eq!(r.ewma_alpha, 0.4);
         assert_eq!(r.exploit_k, 6.0);
-        assert_eq!(r.probe_floor, 0.01);
+        assert_eq!(r.probe_floor, 0.02);
         assert_eq!(r.error_threshold, 0.5);
         assert!(r.prefix_affinity);
         assert_eq!(r.connect_timeout, Duration::from_secs(10));

@@ -134,7 +134,9 @@ pub struct RoutingParams {
     pub ewma_alpha: f64,
     /// Exploitation exponent k: raw weight = (best_effective / effective)^k.
     pub exploit_k: f64,
-    /// Minimum traffic share every candidate keeps, so slow ones are still probed.
+    /// Share of an alias's traffic set aside for probing: split evenly over the candidates
+    /// other than the best, each keeps at least its part, so slow ones are still probed and
+    /// probing costs at most this share however many candidates an alias lists.
     pub probe_floor: f64,
     /// Error rate (1 - success) above which a candidate is "degraded" and pins are ignored.
     pub error_threshold: f64,
@@ -150,7 +152,7 @@ impl Default for RoutingParams {
         Self {
             ewma_alpha: 0.4,
             exploit_k: 6.0,
-            probe_floor: 0.01,
+            probe_floor: 0.02,
             error_threshold: 0.5,
             rule: RuleParams::default(),
         }

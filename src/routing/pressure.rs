@@ -4,7 +4,9 @@
 //!   until its first response chunk arrives, so the mean age of the requests still waiting is
 //!   `now - sum / count`. With requests sent at a steady pace that each take `L`, waiting ages
 //!   spread evenly over `[0, L]` and average `L / 2`, so twice the mean age estimates the
-//!   latency those requests are getting *now*, before any of them has answered. The selector
+//!   latency those requests are getting *now*, before any of them has answered (the tracker
+//!   corrects the age for the length bias of jittery latencies: the requests still waiting
+//!   are the long ones). The selector
 //!   uses it, less a slack of half the EWMA, when that exceeds the EWMA: a provider that
 //!   suddenly slows down, or whose queue is filling because every sidecar rushed to it, loses
 //!   traffic while the slow answers are still on their way.

@@ -218,7 +218,7 @@ fn with_scratch<R>(n: usize, f: impl FnOnce(&mut [Score], &mut [Stake]) -> R) ->
 ///
 /// Raw weight = (best_effective / effective)^k for warm candidates, `cold_weight` ([`super::params::ScoreParams`]) for cold
 /// ones (all equal when every candidate is cold); then normalised and floored at
-/// `probe_floor` (an even split if `n * probe_floor >= 1`). Backed-off candidates get 0 and are
+/// [`probe_floor_each`] (an even split if that leaves nothing for the best). Backed-off candidates get 0 and are
 /// left out of the floor, unless every candidate is backed off (then back-off is ignored).
 pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
@@ -339,7 +339,7 @@ fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Weighed
 /// summing to 1: the one path behind [`shares`] and the picks.
 fn share_out(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Split {
     let weighed = weigh(scores, params, out);
-    let floor = params.probe_floor;
+    let floor = probe_floor_each(params.probe_floor, weighed.count);
     if weighed.sum > 0.0 {
         let scale = 1.0 / weighed.sum;
         // The floor pass is only needed if some share falls below the floor.
@@ -352,6 +352,14 @@ fn share_out(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Spl
         // Every weight underflowed to 0 (or there is no candidate): split evenly.
         even_split(out, floor)
     }
+}
+
+/// The least share of each of `count` candidates: the probe budget `probe_floor` split over
+/// the candidates other than the best, so that probing costs an alias at most `probe_floor` of
+/// its traffic however many candidates it lists.
+#[inline]
+pub fn probe_floor_each(probe_floor: f64, count: usize) -> f64 {
+    probe_floor / count.saturating_sub(1).max(1) as f64
 }
 
 /// Equal shares for every candidate that is not [`Stake::Out`].
@@ -766,8 +774,9 @@ mod tests {
     fn floor_cascade_is_iterated() {
         // Second candidate is just above the floor before scaling and falls below after the
         // tiny ones are raised: it must then be fixed at the floor too.
+        // A budget of 0.3 over the three candidates other than the best: 0.1 each.
         let p = RoutingParams {
-            probe_floor: 0.1,
+            probe_floor: 0.3,
             exploit_k: 1.0,
             ..RoutingParams::default()
         };
@@ -792,21 +801,32 @@ mod tests {
 
     #[test]
     fn floor_too_large_splits_evenly() {
+        // Two candidates with a budget of 0.5: the slower one's half leaves the best half too.
         let p = RoutingParams {
-            probe_floor: 0.3,
+            probe_floor: 0.5,
             ..RoutingParams::default()
         };
-        let s = run(
-            &[
-                warm(1.0, 1.0),
-                warm(1e6, 1.0),
-                warm(1e6, 1.0),
-                warm(1e6, 1.0),
-            ],
-            &p,
-        );
+        let s = run(&[warm(1.0, 1.0), warm(1e6, 1.0)], &p);
         for x in &s {
-            assert_close(*x, 0.25);
+            assert_close(*x, 0.5);
+        }
+    }
+
+    #[test]
+    fn the_probe_budget_is_split_over_the_candidates_other_than_the_best() {
+        assert_eq!(probe_floor_each(0.02, 0), 0.02);
+        assert_eq!(probe_floor_each(0.02, 1), 0.02);
+        assert_eq!(probe_floor_each(0.02, 2), 0.02);
+        assert_eq!(probe_floor_each(0.02, 5), 0.005);
+        // Eight candidates, one far faster than the rest: the seven slow ones get 0.02 / 7
+        // each, 2 % of the traffic in all.
+        let p = RoutingParams::default();
+        let mut snaps = vec![warm(1e6, 1.0); 8];
+        snaps[3] = warm(1.0, 1.0);
+        let s = run(&snaps, &p);
+        for (i, x) in s.iter().enumerate() {
+            let want = if i == 3 { 0.98 } else { 0.02 / 7.0 };
+            assert_close(*x, want);
         }
     }
 
@@ -851,7 +871,7 @@ mod tests {
             // Backed-off candidates get nothing, unless all are backed off.
             let all_off = snaps.iter().all(|s| s.backed_off);
             let active = snaps.iter().filter(|s| all_off || !s.backed_off).count();
-            let eff_floor = floor.min(1.0 / active as f64);
+            let eff_floor = probe_floor_each(floor, active).min(1.0 / active as f64);
             for (x, snap) in s.iter().zip(&snaps) {
                 if snap.backed_off && !all_off {
                     assert_eq!(*x, 0.0, "case {case}: {s:?}");
@@ -1046,7 +1066,7 @@ mod tests {
         let sharp = shares_for_at(&cands, Mode::NonStreaming, &sharper, 0);
         assert!(sharp[0] > plain[0] + 0.2, "{plain:?} {sharp:?}");
         assert!(
-            (sharp[2] - p.probe_floor).abs() < 1e-12,
+            (sharp[2] - probe_floor_each(p.probe_floor, 3)).abs() < 1e-12,
             "the floor still holds: {sharp:?}"
         );
         let mut rng = SplitMix64::new(3);
@@ -1415,17 +1435,18 @@ mod tests {
         // Once the deadline passes, the faster candidate is back in front.
         let after = shares_for_at(&cands, Mode::NonStreaming, &p, 1_000);
         assert!(after[0] > 0.9, "{after:?}");
-        // A request to it that has waited 1 000 µs (estimate 2 000) sends traffic away.
+        // A request to it that has waited 1 000 µs (estimate 2 000) sends traffic away: it
+        // keeps the probe floor.
         let _wait = cands[0].begin_wait(Mode::NonStreaming, 1_000);
         let waiting = shares_for_at(&cands, Mode::NonStreaming, &p, 2_000);
-        assert!(waiting[0] < 0.02, "{waiting:?}");
+        assert!(waiting[0] <= p.probe_floor + 1e-12, "{waiting:?}");
         let hits = (0..1000)
             .filter(|_| {
                 choose_at(&cands, Mode::NonStreaming, None, &p, 2_000, &mut rng)
                     .is_some_and(|c| c.index == 0)
             })
             .count();
-        assert!(hits < 40, "{hits}");
+        assert!(hits < 40, "{hits} of 1000 with a floor of 20");
         // The wall-clock entry points agree: nothing is in the future of the real clock here.
         assert!(choose(&cands, Mode::NonStreaming, None, &p, &mut rng).is_some());
         assert_eq!(shares_for(&cands, Mode::Streaming, &p).len(), 2);

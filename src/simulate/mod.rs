@@ -117,6 +117,9 @@ pub struct SimulateArgs {
     /// Run the "sturnus" contender with this ewma_alpha instead of the default.
     #[arg(long, value_name = "ALPHA")]
     pub ewma_alpha: Option<f64>,
+    /// Run the "sturnus" contender with this probe_floor instead of the default.
+    #[arg(long, value_name = "SHARE")]
+    pub probe_floor: Option<f64>,
     /// Run the "sturnus" contender without the waiting-age signal.
     #[arg(long)]
     pub no_wait_age: bool,
@@ -141,6 +144,9 @@ impl SimulateArgs {
         }
         if let Some(a) = self.ewma_alpha {
             v.params.ewma_alpha = a;
+        }
+        if let Some(f) = self.probe_floor {
+            v.params.probe_floor = f;
         }
         v.params.check()?;
         v.params.rule = v.params.rule.with_overrides(&self.params)?;

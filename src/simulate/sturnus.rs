@@ -50,7 +50,7 @@ impl Variant {
             params: RoutingParams {
                 ewma_alpha: 0.3,
                 exploit_k: 3.0,
-                probe_floor: 0.01,
+                probe_floor: 0.02,
                 error_threshold: 0.5,
                 rule: RuleParams::default(),
             },
