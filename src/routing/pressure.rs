@@ -4,9 +4,9 @@
 //!   until its first response chunk arrives, so the mean age of the requests still waiting is
 //!   `now - sum / count`. With requests sent at a steady pace that each take `L`, waiting ages
 //!   spread evenly over `[0, L]` and average `L / 2`, so twice the mean age estimates the
-//!   latency those requests are getting *now*, before any of them has answered (the tracker
-//!   corrects the age for the length bias of jittery latencies: the requests still waiting
-//!   are the long ones). The selector
+//!   latency those requests are getting *now*, before any of them has answered (the selector
+//!   corrects it for the length bias of jittery latencies: the requests still waiting are the
+//!   long ones). The selector
 //!   uses it, less a slack of half the EWMA, when that exceeds the EWMA: a provider that
 //!   suddenly slows down, or whose queue is filling because every sidecar rushed to it, loses
 //!   traffic while the slow answers are still on their way.
@@ -37,6 +37,10 @@ pub struct WaitAgeParams {
     /// charges every busy candidate a premium and hands its traffic to slower ones. A stall
     /// still shows within about one latency.
     pub slack: f64,
+    /// Multiple of the jitter σ² in the length-bias correction `e^(−length_bias · σ²)` of the
+    /// mean age: 1 is exact for log-normal latencies, 0 turns the correction off; the default
+    /// takes half of it (docs/routing.md says what each costs).
+    pub length_bias: f64,
 }
 
 impl WaitAgeParams {
@@ -44,6 +48,7 @@ impl WaitAgeParams {
     pub const DEFAULT: WaitAgeParams = WaitAgeParams {
         factor: 2.0,
         slack: 0.5,
+        length_bias: 0.5,
     };
 }
 

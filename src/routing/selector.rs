@@ -17,7 +17,7 @@ use super::attempt::Mode;
 use super::keyed_shares::SmoothedShare;
 use super::load::charged_latency;
 use super::params::{RoutingParams, RuleParams};
-use super::pressure::now_us;
+use super::pressure::{now_us, WaitAgeParams};
 use super::rng::RngSource;
 use super::tracker::{CandidateStats, Snapshot};
 
@@ -112,13 +112,9 @@ impl Stake {
 /// `charged_latency_ms`.
 #[inline]
 pub fn charged_latency_us(s: &Snapshot, rule: &RuleParams) -> Option<f64> {
-    let wait = &rule.wait_age;
     // Finite and not negative (NaN fails both comparisons).
     let lat = s.latency_us.filter(|l| (0.0..f64::INFINITY).contains(l))?;
-    let lat = match s
-        .wait_age_us
-        .map(|age| wait.factor * age - wait.slack * lat)
-    {
+    let lat = match waiting_estimate_us(s, &rule.wait_age).map(|w| w - rule.wait_age.slack * lat) {
         Some(waiting) if waiting > lat => waiting,
         _ => lat,
     };
@@ -129,6 +125,21 @@ pub fn charged_latency_us(s: &Snapshot, rule: &RuleParams) -> Option<f64> {
         s.load_mean_inflight,
         &rule.load,
     ))
+}
+
+/// The latency (µs) the requests still waiting predict: `factor` × their mean age ×
+/// `e^(−length_bias · σ²)`. The requests still waiting are the long ones, so with latencies of
+/// mean `L` and squared coefficient of variation `c²` they are `L (1 + c²) / 2` old on average,
+/// not `L / 2`; for log-normal latencies `1 + c² = e^(σ²)` ([`super::pressure`]). `None` while
+/// none waits.
+#[inline]
+pub fn waiting_estimate_us(s: &Snapshot, wait: &WaitAgeParams) -> Option<f64> {
+    let bias = if s.jitter_var > 0.0 && wait.length_bias > 0.0 {
+        (-wait.length_bias * s.jitter_var).exp()
+    } else {
+        1.0
+    };
+    s.wait_age_us.map(|age| wait.factor * age * bias)
 }
 
 /// The single scoring function. A warm candidate's speed is `success / latency`, with success
@@ -669,6 +680,7 @@ mod tests {
             inflight: 0,
             load_slope_us: 0.0,
             load_mean_inflight: 0.0,
+            jitter_var: 0.0,
         }
     }
 
@@ -862,6 +874,7 @@ mod tests {
                         inflight: 0,
                         load_slope_us: 0.0,
                         load_mean_inflight: 0.0,
+                        jitter_var: 0.0,
                     }
                 })
                 .collect();
@@ -1377,6 +1390,7 @@ mod tests {
             inflight: 0,
             load_slope_us: 0.0,
             load_mean_inflight: 0.0,
+            jitter_var: 0.0,
             ..warm(100.0, 1.0)
         };
         // Equal latency, discount 1.5: weight ratio e^-1.5 whatever k is.

@@ -66,6 +66,9 @@ pub struct Snapshot {
     pub load_slope_us: f64,
     /// Mean count of our requests in flight when its answers were sent ([`super::load`]).
     pub load_mean_inflight: f64,
+    /// Variance σ² of the log-latency of its answers (the jitter; 0 before any is measured):
+    /// corrects the waiting age for length bias ([`super::selector::waiting_estimate_us`]).
+    pub jitter_var: f64,
 }
 
 impl Snapshot {
@@ -80,6 +83,7 @@ impl Snapshot {
         inflight: 0,
         load_slope_us: 0.0,
         load_mean_inflight: 0.0,
+        jitter_var: 0.0,
     };
 }
 
@@ -305,6 +309,7 @@ impl CandidateStats {
             inflight: self.inflight(),
             load_slope_us: self.load[mode.slot()].slope_us(),
             load_mean_inflight: self.load[mode.slot()].mean_inflight(),
+            jitter_var: self.congestion.jitter_var(mode),
         }
     }
 
@@ -336,15 +341,9 @@ impl CandidateStats {
         }
     }
 
-    /// Mean age (µs) at `now_us` of the requests of `mode` waiting for their first chunk,
-    /// corrected for length bias: the requests still waiting are the long ones, so with
-    /// latencies of mean `L` and squared coefficient of variation `c²` they are `L (1 + c²) / 2`
-    /// old on average, not `L / 2`. For log-normal latencies `1 + c² = e^(σ²)`, σ the jitter
-    /// the congestion factor measures, so the age is scaled by `e^(-σ²)` (no scaling while the
-    /// tracker keeps no congestion state).
+    /// Mean age (µs) at `now_us` of the requests of `mode` waiting for their first chunk.
     pub fn wait_age_us(&self, mode: Mode, now_us: u64) -> Option<f64> {
-        let age = self.pressure.mean_age_us(mode, now_us)?;
-        Some(age * (-self.congestion.jitter_var(mode)).exp())
+        self.pressure.mean_age_us(mode, now_us)
     }
 
     /// Honours an upstream `Retry-After`: no traffic to this candidate before `deadline_us`
@@ -910,10 +909,10 @@ mod tests {
         assert_eq!(s.inflight(), 1);
     }
 
-    /// Mean over a steady stream's picks of twice the waiting age, against the stream's mean
-    /// latency: requests every 10 ms, latencies log-normal around 100 ms with `sigma`.
-    /// The same for the raw mean age, second.
-    fn twice_the_wait_age_over_the_mean_latency(sigma: f64) -> (f64, f64) {
+    /// Mean over a steady stream's picks of the waiting-age estimate, against the stream's mean
+    /// latency: requests every 10 ms, latencies log-normal around 100 ms with `sigma`; second,
+    /// the same for twice the raw mean age.
+    fn waiting_estimate_over_the_mean_latency(sigma: f64) -> (f64, f64) {
         use crate::routing::rng::{RngSource, SplitMix64};
         let s = Arc::new(CandidateStats::new());
         let params = RoutingParams::default();
@@ -931,9 +930,14 @@ mod tests {
                 s.record_answer(&answer, false, &params, due);
             }
             if i > 10_000 {
-                if let Some(age) = s.wait_age_us(Mode::NonStreaming, now) {
-                    ages.push(2.0 * age);
-                    raw.push(2.0 * s.pressure.mean_age_us(Mode::NonStreaming, now).unwrap());
+                let snap = s.snapshot_at(Mode::NonStreaming, now);
+                let wait = super::super::pressure::WaitAgeParams {
+                    length_bias: 1.0,
+                    ..super::super::pressure::WaitAgeParams::DEFAULT
+                };
+                if let Some(estimate) = super::super::selector::waiting_estimate_us(&snap, &wait) {
+                    ages.push(estimate);
+                    raw.push(2.0 * snap.wait_age_us.unwrap());
                 }
             }
             // Box-Muller: one standard normal from two uniforms.
@@ -951,9 +955,10 @@ mod tests {
     #[test]
     fn the_waiting_age_is_corrected_for_the_length_bias_of_jittery_latencies() {
         // Without the correction twice the mean age overshoots the mean latency by e^(σ²):
-        // 1.9 x at σ 0.8. With it, it estimates the latency at every jitter.
+        // 1.9 x at σ 0.8. With the full correction (length_bias 1) it estimates the latency at
+        // every jitter.
         for sigma in [0.1, 0.4, 0.8] {
-            let (ratio, raw) = twice_the_wait_age_over_the_mean_latency(sigma);
+            let (ratio, raw) = waiting_estimate_over_the_mean_latency(sigma);
             assert!((0.9..1.1).contains(&ratio), "σ {sigma}: {ratio}");
             let bias = (sigma * sigma).exp();
             assert!((raw / bias - 1.0).abs() < 0.1, "σ {sigma}: raw {raw}");
