@@ -140,23 +140,24 @@ fn upstream_header(session: &Session, ctx: &mut RequestCtx) -> Result<Box<Reques
     let Some(route) = &ctx.route else {
         return Error::e_explain(ErrorType::InternalError, "forwarding without a route");
     };
-    let mut req = session.req_header().clone();
     let prepared = upstream_request::upstream_request_filter(
-        &mut req,
+        session.req_header(),
         &route.candidate.provider,
         &route.path_and_query,
         route.body_len,
         &ctx.ids(),
     );
-    if let Err(why) = prepared {
-        ctx.failure = Some(crate::routing::ErrorKind::Auth);
-        return Err(Error::because(
-            ErrorType::Custom("credential unavailable"),
-            "authorizing the upstream request",
-            why,
-        ));
+    match prepared {
+        Ok(req) => Ok(Box::new(req)),
+        Err(why) => {
+            ctx.failure = Some(crate::routing::ErrorKind::Auth);
+            Err(Error::because(
+                ErrorType::Custom("credential unavailable"),
+                "authorizing the upstream request",
+                why,
+            ))
+        }
     }
-    Ok(Box::new(req))
 }
 
 /// Most resends of one request.
