@@ -230,10 +230,9 @@ async fn relay_response(
     upstream: &mut HttpSession,
 ) -> Result<()> {
     let mut response = match upstream.response_header() {
-        Some(h) => h.clone(),
+        Some(h) => outcome::response_filter(h, ctx, &app.catalog.params.rule.quota),
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),
     };
-    outcome::response_filter(&mut response, ctx, &app.catalog.params.rule.quota);
     let mut tagger = match held_answer::tagging(&mut response, ctx) {
         held_answer::Tagging::Untouched => None,
         held_answer::Tagging::Stream(tagger) => Some(tagger),
