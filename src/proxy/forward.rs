@@ -243,8 +243,10 @@ async fn relay_response(
             .await;
         }
     };
-    // The header goes out at once, with whatever body has already arrived.
-    let mut tasks = vec![HttpTask::Header(Box::new(response), false)];
+    // The header goes out at once, with whatever body has already arrived; room for one body
+    // chunk, so a whole answer that came with its header is queued without growing the list.
+    let mut tasks = Vec::with_capacity(2);
+    tasks.push(HttpTask::Header(Box::new(response), false));
     let mut first_write = true;
     loop {
         let mut batch = Batch::default();
