@@ -17,8 +17,10 @@
 # Environment: INSTR_PROFILE (cargo profile of the binaries, default prof), INSTR_TARGETS
 # (default "passthrough sturnus"), INSTR_CONNECTIONS (default 8), INSTR_WARMUP (s, default 4),
 # INSTR_SECONDS (s, default 8), INSTR_BUILD=0 (use the binaries as they are),
-# INSTR_STURNUS (another sturnus binary to count, e.g. one built at an earlier commit), INSTR_PORT (base port, default 19200), INSTR_OUT (where the
-# callgrind files are kept, default a scratch directory).
+# INSTR_STURNUS (another sturnus binary to count, e.g. one built at an earlier commit),
+# INSTR_CONFIG (sturnus's config template, default bench/sturnus.toml; bench/sturnus-auth.toml
+# counts a request with client authentication on), INSTR_PORT (base port, default 19200),
+# INSTR_OUT (where the callgrind files are kept, default a scratch directory).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,7 +75,7 @@ python3 bench/bench.py bodies "$WORK/bodies"
 PIDS+=($!)
 wait_port "$MOCK_PORT"
 sed -e "s#@LISTEN@#127.0.0.1:$PROXY_PORT#g" -e "s#@UPSTREAM@#127.0.0.1:$MOCK_PORT#g" \
-  bench/sturnus.toml >"$WORK/sturnus.toml"
+  "${INSTR_CONFIG:-bench/sturnus.toml}" >"$WORK/sturnus.toml"
 
 for t in $TARGETS; do
   case $t in
@@ -99,7 +101,8 @@ for t in $TARGETS; do
   dump=$(ls -t "$OUT/callgrind.$t.$pid".* | head -1)
   ir=$(callgrind_annotate --threshold=100 "$dump" 2>/dev/null |
     awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
-  printf '%s body=%s requests=%s instructions=%s per_request=%s dump=%s\n' "$t" "$BODY" "$n" "$ir" \
+  printf '%s body=%s config=%s requests=%s instructions=%s per_request=%s dump=%s\n' "$t" "$BODY" \
+    "$(basename "${INSTR_CONFIG:-bench/sturnus.toml}")" "$n" "$ir" \
     "$(awk -v i="$ir" -v n="$n" 'BEGIN { printf "%.0f", i / n }')" "$dump"
   kill -INT "$pid" 2>/dev/null || true
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -19,18 +19,45 @@ fn special_mask(w: u64) -> u64 {
     ((q.wrapping_sub(LO) & !q) | (s.wrapping_sub(LO) & !s) | (w.wrapping_sub(LO * 0x20) & !w)) & HI
 }
 
+/// Bytes per step of [`find_special`]'s block loop.
+const BLOCK: usize = 64;
+
+/// Whether `block` holds a special byte. Each byte maps to 0 exactly when it is special (`"`,
+/// `\\` or below 0x20), and the block's minimum is taken: a branch-free fold over a fixed-size
+/// array, which the compiler turns into a few vector instructions for the whole block.
+#[inline(always)]
+fn block_has_special(block: &[u8; BLOCK]) -> bool {
+    let zero_if_special = |c: u8| (c ^ b'"').min(c ^ b'\\').min(c.saturating_sub(0x1f));
+    block
+        .iter()
+        .fold(u8::MAX, |lowest, &c| lowest.min(zero_if_special(c)))
+        == 0
+}
+
 /// Index of the first special byte at or after `from` (or `b.len()` if none), and whether any
 /// byte >= 0x80 may precede it (never a false "no", so ASCII-only runs can skip UTF-8 checks);
-/// the hot loop of string scanning, processing 8 bytes per step.
+/// the hot loop of string scanning. Whole [`BLOCK`]s without a special byte are skipped (their
+/// words OR-ed together for the high bit), then the special byte is found 8 bytes per step.
 #[inline]
 pub(super) fn find_special(b: &[u8], from: usize) -> (usize, bool) {
     let Some(rest) = b.get(from..) else {
         return (b.len(), false);
     };
-    // Whole 8-byte arrays, so each word is one load (no per-word slice copy).
-    let (words, tail) = rest.as_chunks::<8>();
-    let mut i = from;
+    let (blocks, _) = rest.as_chunks::<BLOCK>();
+    let mut skipped = 0;
     let mut seen = 0u64;
+    for block in blocks {
+        if block_has_special(block) {
+            break;
+        }
+        for word in block.as_chunks::<8>().0 {
+            seen |= u64::from_le_bytes(*word);
+        }
+        skipped += BLOCK;
+    }
+    // Whole 8-byte arrays, so each word is one load (no per-word slice copy).
+    let (words, tail) = rest[skipped..].as_chunks::<8>();
+    let mut i = from + skipped;
     for word in words {
         let w = u64::from_le_bytes(*word);
         seen |= w;
@@ -211,6 +238,38 @@ mod tests {
         assert_eq!(find_special(&odd, 0), (9, true));
         assert_eq!(find_special(&odd[4..], 0), (5, true));
         assert_eq!(find_special(b"0123456789abcdef", 0), (16, false));
+    }
+
+    #[test]
+    fn find_special_agrees_with_naive_search_across_whole_blocks() {
+        for len in [63, 64, 65, 128, 150, 260] {
+            for pos in 0..len {
+                for special in [b'"', b'\\', 0x00, 0x1f] {
+                    let mut v = vec![b'a'; len];
+                    v[pos] = special;
+                    assert_eq!(find_special(&v, 0), (pos, false), "len {len} at {pos}");
+                    assert_eq!(
+                        find_special(&v, pos + 1),
+                        (len, false),
+                        "len {len} after {pos}"
+                    );
+                }
+                let mut high = vec![b' '; len];
+                high[pos] = 0xc3;
+                assert_eq!(
+                    find_special(&high, 0),
+                    (len, true),
+                    "len {len}, high at {pos}"
+                );
+                assert_eq!(find_special(&high, pos + 1), (len, false));
+                high.push(b'"');
+                assert_eq!(
+                    find_special(&high, 0),
+                    (len, true),
+                    "len {len}, high at {pos}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -6,20 +6,26 @@
 //! [`OTHER`], so a stream of new token subjects cannot grow the exposition without bound.
 
 use super::metrics::{register, Family};
-use prometheus::{IntCounterVec, Opts, Registry};
-use std::collections::HashSet;
-use std::sync::Mutex;
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, RwLock};
 
 /// Most distinct client label values.
 pub const MAX_CLIENTS: usize = 1000;
 /// The label value of clients beyond [`MAX_CLIENTS`].
 pub const OTHER: &str = "_other";
+/// The status nearly every answer has, whose series [`ClientMetrics`] resolves ahead.
+const OK: u16 = 200;
 
 /// `sturnus_client_requests_total` and `sturnus_client_rate_limited_total`.
 pub struct ClientMetrics {
     requests: IntCounterVec,
     rate_limited: IntCounterVec,
     known: Mutex<HashSet<String>>,
+    /// The `status_code="200"` series of each client with a label of its own, resolved once:
+    /// nearly every answer counts there, and a resolved series is one atomic add instead of a
+    /// label lookup (hash and lock) per request. Bounded by [`MAX_CLIENTS`] like the labels.
+    ok: RwLock<HashMap<String, IntCounter, foldhash::fast::RandomState>>,
 }
 
 impl ClientMetrics {
@@ -50,6 +56,7 @@ impl ClientMetrics {
             requests,
             rate_limited,
             known: Mutex::new(HashSet::new()),
+            ok: RwLock::new(HashMap::default()),
         })
     }
 
@@ -61,10 +68,27 @@ impl ClientMetrics {
 
     /// Counts one answer to `client` with `status`.
     pub fn answered(&self, client: &str, status: u16) {
+        if status == OK {
+            if let Some(ok) = self.resolved_ok(client) {
+                ok.inc();
+                return;
+            }
+        }
         let label = self.label(client);
-        self.requests
-            .with_label_values(&[label, status.to_string().as_str()])
-            .inc();
+        let series = self
+            .requests
+            .with_label_values(&[label, status.to_string().as_str()]);
+        series.inc();
+        if status == OK && label == client {
+            if let Ok(mut ok) = self.ok.write() {
+                ok.insert(client.to_string(), series);
+            }
+        }
+    }
+
+    /// The resolved `status_code="200"` series of `client`, once its first 200 was counted.
+    fn resolved_ok(&self, client: &str) -> Option<IntCounter> {
+        self.ok.read().ok()?.get(client).cloned()
     }
 
     /// Counts one request refused by `client`'s own `limit`.
@@ -92,6 +116,17 @@ impl ClientMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_count_in_their_status_series_whether_resolved_ahead_or_not() {
+        let m = ClientMetrics::new(&Registry::new(), &mut Vec::new()).unwrap();
+        for _ in 0..3 {
+            m.answered("billing", 200);
+        }
+        m.answered("billing", 429);
+        let count = |status: &str| m.requests.with_label_values(&["billing", status]).get();
+        assert_eq!((count("200"), count("429")), (3, 1));
+    }
 
     #[test]
     fn names_beyond_the_cap_share_one_label() {

@@ -166,17 +166,16 @@ pub fn new_request_id() -> String {
     b[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let mut out = Vec::with_capacity(36);
-    for (i, group) in [&b[0..4], &b[4..6], &b[6..8], &b[8..10], &b[10..16]]
-        .into_iter()
-        .enumerate()
-    {
-        if i > 0 {
-            out.push(b'-');
-        }
-        push_hex(&mut out, group);
+    // The text is built on the stack and copied into the string once.
+    let mut text = [b'-'; 36];
+    let mut at = 0;
+    for group in [&b[0..4], &b[4..6], &b[6..8], &b[8..10], &b[10..16]] {
+        let end = at + group.len() * 2;
+        // The slice is exactly twice the group's length, which is all `encode_to_slice` asks.
+        let _ = hex::encode_to_slice(group, &mut text[at..end]);
+        at = end + 1;
     }
-    ascii_string(out)
+    ascii_string(text.to_vec())
 }
 
 /// `N` random bytes, never all zero (an all-zero id is invalid in W3C Trace Context).

@@ -127,12 +127,15 @@ impl RequestCtx {
             .get(&trace::REQUEST_ID_NAME)
             .map(|v| v.as_bytes());
         self.request_id = trace::request_id(client_id);
-        self.trace = TraceContext::from_headers(
-            req.headers
-                .get_all(&trace::TRACEPARENT_NAME)
-                .iter()
-                .map(|v| v.as_bytes()),
-        );
+        // Without a `traceparent` the request keeps the new trace its context began with.
+        let mut parents = req
+            .headers
+            .get_all(&trace::TRACEPARENT_NAME)
+            .iter()
+            .peekable();
+        if parents.peek().is_some() {
+            self.trace = TraceContext::from_headers(parents.map(|v| v.as_bytes()));
+        }
     }
 }
 

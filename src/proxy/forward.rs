@@ -140,23 +140,24 @@ fn upstream_header(session: &Session, ctx: &mut RequestCtx) -> Result<Box<Reques
     let Some(route) = &ctx.route else {
         return Error::e_explain(ErrorType::InternalError, "forwarding without a route");
     };
-    let mut req = session.req_header().clone();
     let prepared = upstream_request::upstream_request_filter(
-        &mut req,
+        session.req_header(),
         &route.candidate.provider,
         &route.path_and_query,
         route.body_len,
         &ctx.ids(),
     );
-    if let Err(why) = prepared {
-        ctx.failure = Some(crate::routing::ErrorKind::Auth);
-        return Err(Error::because(
-            ErrorType::Custom("credential unavailable"),
-            "authorizing the upstream request",
-            why,
-        ));
+    match prepared {
+        Ok(req) => Ok(Box::new(req)),
+        Err(why) => {
+            ctx.failure = Some(crate::routing::ErrorKind::Auth);
+            Err(Error::because(
+                ErrorType::Custom("credential unavailable"),
+                "authorizing the upstream request",
+                why,
+            ))
+        }
     }
-    Ok(Box::new(req))
 }
 
 /// Most resends of one request.
@@ -229,10 +230,9 @@ async fn relay_response(
     upstream: &mut HttpSession,
 ) -> Result<()> {
     let mut response = match upstream.response_header() {
-        Some(h) => h.clone(),
+        Some(h) => outcome::response_filter(h, ctx, &app.catalog.params.rule.quota),
         None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "no response header"),
     };
-    outcome::response_filter(&mut response, ctx, &app.catalog.params.rule.quota);
     let mut tagger = match held_answer::tagging(&mut response, ctx) {
         held_answer::Tagging::Untouched => None,
         held_answer::Tagging::Stream(tagger) => Some(tagger),
@@ -243,8 +243,10 @@ async fn relay_response(
             .await;
         }
     };
-    // The header goes out at once, with whatever body has already arrived.
-    let mut tasks = vec![HttpTask::Header(Box::new(response), false)];
+    // The header goes out at once, with whatever body has already arrived; room for one body
+    // chunk, so a whole answer that came with its header is queued without growing the list.
+    let mut tasks = Vec::with_capacity(2);
+    tasks.push(HttpTask::Header(Box::new(response), false));
     let mut first_write = true;
     loop {
         let mut batch = Batch::default();

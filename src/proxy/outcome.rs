@@ -60,24 +60,32 @@ fn honour_retry_after(resp: &ResponseHeader, ctx: &RequestCtx) {
 }
 
 /// sturnus's `response_filter`: notes the provider's status and the quota it announces, and
-/// adds sturnus's headers to its response. Every header the provider sent reaches the client with its value unchanged, except
-/// its hop-by-hop ones (`Keep-Alive`, `Proxy-Connection` and those its `Connection` names;
-/// Pingora's server writes `Connection` and `Date` itself, as for any proxied answer).
-/// sturnus adds [`AFFINITY_HEADER`] and [`PROVIDER_HEADER`], and `x-request-id` (its own) only
-/// when the provider sent none; the provider's id is kept for the access log.
+/// builds the client's response header from the provider's `upstream` one with sturnus's
+/// headers. Every header the provider sent reaches the client with its value unchanged, in the
+/// provider's order, except its hop-by-hop ones (`Keep-Alive`, `Proxy-Connection` and those
+/// its `Connection` names; Pingora's server writes `Connection` and `Date` itself, as for any
+/// proxied answer). sturnus adds [`AFFINITY_HEADER`] and [`PROVIDER_HEADER`], and
+/// `x-request-id` (its own) only when the provider sent none; the provider's id is kept for
+/// the access log.
 ///
-/// Like the upstream request, the header map is edited outside Pingora's [`ResponseHeader`]
-/// (see `upstream_request::upstream_request_filter`): names reach the client in canonical case,
-/// and the status line carries the standard reason phrase.
-pub fn response_filter(resp: &mut ResponseHeader, ctx: &mut RequestCtx, pacing: &QuotaParams) {
-    ctx.status = Some(resp.status.as_u16());
-    honour_retry_after(resp, ctx);
-    super::quota::observe(resp, ctx, pacing);
-    let empty = ResponseHeader::from(http::Response::new(()).into_parts().0);
-    let mut parts: http::response::Parts = std::mem::replace(resp, empty).into();
+/// Like the upstream request, the header map is built outside Pingora's [`ResponseHeader`]
+/// (see `upstream_request::upstream_request_filter`), in one pass into a map sized for the
+/// provider's headers and sturnus's: names reach the client in canonical case, and the status
+/// line carries the standard reason phrase.
+pub fn response_filter(
+    upstream: &ResponseHeader,
+    ctx: &mut RequestCtx,
+    pacing: &QuotaParams,
+) -> ResponseHeader {
+    ctx.status = Some(upstream.status.as_u16());
+    honour_retry_after(upstream, ctx);
+    super::quota::observe(upstream, ctx, pacing);
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = upstream.status;
+    parts.version = upstream.version;
+    parts.extensions = upstream.extensions.clone();
     let headers = &mut parts.headers;
-    remove_hop_by_hop(headers);
-    headers.reserve(3);
+    copy_end_to_end(&upstream.headers, headers);
     if let Some(route) = &ctx.route {
         let (affinity, provider) = &route.candidate.header_values;
         if let Some(value) = affinity {
@@ -99,14 +107,19 @@ pub fn response_filter(resp: &mut ResponseHeader, ctx: &mut RequestCtx, pacing: 
             }
         }
     }
-    *resp = ResponseHeader::from(parts);
+    ResponseHeader::from(parts)
 }
 
-/// Removes the provider's hop-by-hop headers: `Keep-Alive`, `Proxy-Connection` and the ones its
-/// `Connection` header names (`Connection` itself is rewritten by Pingora; the framing headers
-/// stay, Pingora frames the body to the client from them).
-fn remove_hop_by_hop(headers: &mut http::HeaderMap) {
-    let named: Vec<http::HeaderName> = headers
+/// Headers sturnus may add to the provider's: [`AFFINITY_HEADER`], [`PROVIDER_HEADER`] and
+/// `x-request-id`.
+const ADDED: usize = 3;
+
+/// Copies the provider's headers into `out` except its hop-by-hop ones: `Keep-Alive`,
+/// `Proxy-Connection` and the ones its `Connection` header names (`Connection` itself is
+/// rewritten by Pingora; the framing headers stay, Pingora frames the body to the client from
+/// them).
+fn copy_end_to_end(upstream: &http::HeaderMap, out: &mut http::HeaderMap) {
+    let named: Vec<http::HeaderName> = upstream
         .get_all(http::header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
@@ -114,8 +127,12 @@ fn remove_hop_by_hop(headers: &mut http::HeaderMap) {
         .filter_map(|t| http::HeaderName::from_bytes(t.trim().as_bytes()).ok())
         .filter(|n| !FRAMING.contains(n))
         .collect();
-    for name in named.iter().chain(&[KEEP_ALIVE, PROXY_CONNECTION]) {
-        headers.remove(name);
+    out.reserve(upstream.len() + ADDED);
+    for (name, value) in upstream {
+        if name == KEEP_ALIVE || name == PROXY_CONNECTION || named.contains(name) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
     }
 }
 
@@ -345,7 +362,7 @@ mod tests {
         resp.insert_header("x-request-id", "req_provider123")
             .unwrap();
         resp.insert_header("openai-processing-ms", "17").unwrap();
-        response_filter(&mut resp, &mut ctx, &QuotaParams::default());
+        let resp = response_filter(&resp, &mut ctx, &QuotaParams::default());
         assert_eq!(resp.headers["x-request-id"], "req_provider123");
         assert_eq!(resp.headers["openai-processing-ms"], "17");
         assert!(resp.headers.get("x-upstream-request-id").is_none());
@@ -357,14 +374,14 @@ mod tests {
         let mut resp = ResponseHeader::build(502, None).unwrap();
         resp.insert_header("x-request-id", "not loggable\t")
             .unwrap();
-        response_filter(&mut resp, &mut ctx, &QuotaParams::default());
+        let resp = response_filter(&resp, &mut ctx, &QuotaParams::default());
         assert_eq!(resp.headers["x-request-id"], "not loggable\t");
         assert_eq!(ctx.upstream_request_id, None);
 
         let mut ctx = RequestCtx::new();
         ctx.request_id = "ours".into();
-        let mut resp = ResponseHeader::build(200, None).unwrap();
-        response_filter(&mut resp, &mut ctx, &QuotaParams::default());
+        let resp = ResponseHeader::build(200, None).unwrap();
+        let resp = response_filter(&resp, &mut ctx, &QuotaParams::default());
         assert_eq!(resp.headers["x-request-id"], "ours");
         assert_eq!(ctx.upstream_request_id, None);
     }
@@ -382,7 +399,7 @@ mod tests {
         ] {
             resp.append_header(name, value).unwrap();
         }
-        response_filter(&mut resp, &mut ctx, &QuotaParams::default());
+        let resp = response_filter(&resp, &mut ctx, &QuotaParams::default());
         let h = &resp.headers;
         assert!(h.get("keep-alive").is_none() && h.get("x-hop").is_none());
         assert_eq!(h["content-length"], "2");

@@ -28,49 +28,42 @@ const DROPPED: &[&str] = &[
     "host",
 ];
 
-/// [`DROPPED`] headers that [`upstream_request_filter`] sets again anyway: replacing them in
-/// place is cheaper than removing and re-inserting.
-const REPLACED: &[&str] = &["content-length", "host"];
-
-/// sturnus's `upstream_request_filter`: rewrites a copy of the client's request header for
-/// the provider: path, `Host`, auth, `Content-Length` of the spliced body, the request's
+/// sturnus's `upstream_request_filter`: the provider's request header, built from the
+/// client's: path, `Host`, auth, `Content-Length` of the spliced body, the request's
 /// `x-request-id` (the client's own when it sent a usable one, else sturnus's), `traceparent`
 /// naming sturnus's span (`tracestate` only when the caller's trace continues); every other
-/// client header passes through.
+/// client header passes through, in the client's order.
 ///
-/// The header map is edited directly, outside Pingora's [`RequestHeader`]: its own insert and
+/// The header map is built directly, outside Pingora's [`RequestHeader`]: its own insert and
 /// remove re-parse each name and keep a second map with the client's spelling of every name,
-/// which cost more than the rest of the rewrite. Names therefore reach the provider in
-/// canonical case (`Content-Type`, `x-custom`), which HTTP treats as the same names.
+/// which cost more than the rest of the rewrite. One pass copies the headers the provider may
+/// see into a map sized for them and sturnus's own, so nothing is copied only to be removed.
+/// Names therefore reach the provider in canonical case (`Content-Type`, `x-custom`), which
+/// HTTP treats as the same names.
 pub fn upstream_request_filter(
-    req: &mut RequestHeader,
+    client: &RequestHeader,
     provider: &Provider,
     path_and_query: &str,
     body_len: usize,
     ids: &RequestIds,
-) -> Result<(), CredentialError> {
+) -> Result<RequestHeader, CredentialError> {
     let uri =
         http::Uri::try_from(path_and_query).map_err(|_| CredentialError::InvalidUpstreamPath)?;
-    let mut parts = take_parts(req);
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.method = client.method.clone();
     parts.uri = uri;
     parts.version = http::Version::HTTP_11;
+    parts.extensions = client.extensions.clone();
     let headers = &mut parts.headers;
-    remove_client_only_headers(headers);
-    headers.reserve(5);
-    headers.insert(http::header::HOST, provider.host_value().clone());
-    headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    copy_forwarded_headers(&client.headers, headers, provider, body_len, ids);
     if let Ok(id) = HeaderValue::from_str(ids.request_id) {
         headers.insert(trace::REQUEST_ID_NAME.clone(), id);
     }
     if let Ok(traceparent) = HeaderValue::try_from(ids.trace.traceparent()) {
         headers.insert(trace::TRACEPARENT_NAME.clone(), traceparent);
     }
-    if !ids.trace.continued() {
-        headers.remove(&trace::TRACESTATE_NAME);
-    }
-    let authorized = provider.authorize(headers);
-    *req = RequestHeader::from(parts);
-    authorized
+    provider.authorize(headers)?;
+    Ok(RequestHeader::from(parts))
 }
 
 /// Who the request is, for the headers the provider receives.
@@ -81,15 +74,54 @@ pub struct RequestIds<'a> {
     pub trace: &'a TraceContext,
 }
 
-/// The request's parts, leaving `req` empty; the case-preserving name map is dropped.
-fn take_parts(req: &mut RequestHeader) -> http::request::Parts {
-    let empty = RequestHeader::from(http::Request::new(()).into_parts().0);
-    std::mem::replace(req, empty).into()
+/// Headers sturnus adds to the client's (`x-request-id`, `traceparent`, the provider's
+/// credential), reserved in the provider's map with the client's.
+const ADDED: usize = 4;
+
+/// Copies the client's headers into `out` except [`DROPPED`] ones, those the client's
+/// `Connection` header names, and `tracestate` when the caller's trace does not continue;
+/// `Host` and `Content-Length` take the provider's and the spliced body's values where the
+/// client had them (else at the end).
+fn copy_forwarded_headers(
+    client: &HeaderMap,
+    out: &mut HeaderMap,
+    provider: &Provider,
+    body_len: usize,
+    ids: &RequestIds,
+) {
+    let named = connection_named(client);
+    let keep_tracestate = ids.trace.continued();
+    out.reserve(client.len() + ADDED);
+    let mut host_set = false;
+    let mut length_set = false;
+    for (name, value) in client {
+        if name == http::header::HOST {
+            if !host_set {
+                out.append(http::header::HOST, provider.host_value().clone());
+                host_set = true;
+            }
+        } else if name == http::header::CONTENT_LENGTH {
+            if !length_set {
+                out.append(http::header::CONTENT_LENGTH, HeaderValue::from(body_len));
+                length_set = true;
+            }
+        } else if !(DROPPED.contains(&name.as_str())
+            || (!keep_tracestate && name == trace::TRACESTATE_NAME)
+            || named.iter().any(|n| n == name.as_str()))
+        {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    if !host_set {
+        out.append(http::header::HOST, provider.host_value().clone());
+    }
+    if !length_set {
+        out.append(http::header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    }
 }
 
-/// Removes [`DROPPED`] headers and those the client's `Connection` header names. One pass over
-/// the names present finds them, so only headers the request carries are removed.
-fn remove_client_only_headers(headers: &mut HeaderMap) {
+/// The header names the client's `Connection` header lists (lowercase): hop-by-hop ones.
+fn connection_named(headers: &HeaderMap) -> Vec<String> {
     let mut named: Vec<String> = Vec::new();
     for value in headers.get_all(http::header::CONNECTION) {
         let Ok(value) = value.to_str() else { continue };
@@ -100,18 +132,7 @@ fn remove_client_only_headers(headers: &mut HeaderMap) {
                 .filter(|t| !t.is_empty()),
         );
     }
-    let doomed: Vec<http::HeaderName> = headers
-        .keys()
-        .filter(|name| {
-            let name = name.as_str();
-            (DROPPED.contains(&name) && !REPLACED.contains(&name))
-                || named.iter().any(|n| n == name)
-        })
-        .cloned()
-        .collect();
-    for name in &doomed {
-        headers.remove(name);
-    }
+    named
 }
 
 #[cfg(test)]
@@ -159,7 +180,7 @@ mod tests {
             request_id: "req-1",
             trace: &trace,
         };
-        upstream_request_filter(&mut req, &provider(), "/v1/chat/completions?x=1", 42, &ids)
+        let req = upstream_request_filter(&req, &provider(), "/v1/chat/completions?x=1", 42, &ids)
             .unwrap();
         let h = &req.headers;
         assert_eq!(h["authorization"], "Bearer sk-provider");
@@ -193,7 +214,8 @@ mod tests {
                 request_id: "req-2",
                 trace: &trace,
             };
-            upstream_request_filter(&mut req, &provider(), "/v1/embeddings", 1, &ids).unwrap();
+            let req =
+                upstream_request_filter(&req, &provider(), "/v1/embeddings", 1, &ids).unwrap();
             let h = &req.headers;
             assert_eq!(h.get_all("traceparent").iter().count(), 1);
             assert_eq!(h["traceparent"], trace.traceparent().as_str());
