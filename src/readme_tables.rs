@@ -229,6 +229,7 @@ fn every_error() -> Vec<ApiError> {
         ApiError::invalid_api_key("x".into()),
         ApiError::alias_not_allowed("svc", "fast"),
         ApiError::client_rate_limited("svc", "max_inflight", 1, 1),
+        ApiError::internal(),
     ];
     all.extend(ErrorKind::ALL.map(|kind| ApiError::upstream("p", kind, "x")));
     all

@@ -303,6 +303,15 @@ impl ApiError {
         }
     }
 
+    /// 500: proxying failed for a reason that is neither the client's nor the provider's (a
+    /// bug in sturnus); the client still gets an OpenAI-shaped answer.
+    pub fn internal() -> Self {
+        ApiError {
+            code: Some("internal_error"),
+            ..Self::new(500, "server_error", "internal error in sturnus")
+        }
+    }
+
     /// The JSON body.
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(&serde_json::json!({
@@ -369,6 +378,16 @@ mod tests {
         assert_eq!(ApiError::upstream("p", ErrorKind::Timeout, "x").status, 504);
         assert_eq!(ApiError::upstream("p", ErrorKind::Connect, "x").status, 502);
         assert_eq!(ApiError::upstream("p", ErrorKind::Tls, "x").status, 502);
+    }
+
+    #[test]
+    fn an_internal_failure_is_a_500_in_openais_shape() {
+        let e = ApiError::internal();
+        assert_eq!(e.status, 500);
+        let v: serde_json::Value = serde_json::from_slice(&e.to_json()).unwrap();
+        assert_eq!(v["error"]["type"], "server_error");
+        assert_eq!(v["error"]["code"], "internal_error");
+        assert!(v["error"]["param"].is_null());
     }
 
     #[test]

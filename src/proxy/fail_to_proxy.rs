@@ -1,4 +1,5 @@
-//! What the client gets when proxying fails: a JSON 502/504 for provider failures.
+//! What the client gets when proxying fails: a JSON 502/503/504 for provider failures, a 500
+//! for anything else.
 
 use super::ctx::RequestCtx;
 use crate::api::{classify, describe, respond, ApiError};
@@ -23,13 +24,7 @@ pub async fn respond(session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> 
                 can_reuse_downstream: false,
             }
         }
-        _ => ApiError {
-            status: 500,
-            message: "internal error in sturnus".into(),
-            kind: "server_error",
-            param: None,
-            code: Some("internal_error"),
-        },
+        _ => ApiError::internal(),
     };
     let already_answered = session.response_written().is_some();
     if !already_answered {
