@@ -147,7 +147,8 @@ const FRAMING: [http::HeaderName; 2] = [
 ];
 
 /// sturnus's `response_body_filter`: accounts one response body chunk; the first one (or the
-/// end of an empty body) is the TTFC. With prefix affinity, a first chunk that reports a
+/// end of an empty body) is the TTFC, which a successful answer folds into its candidate's
+/// latency ([`crate::routing::CandidateStats::record_first_chunk`]). With prefix affinity, a first chunk that reports a
 /// prompt-cache hit feeds the candidate's cache-hit latency, which raises its estimate only
 /// while hits are slow; the first chunk of a request routed by its key feeds its alias's
 /// keyed hit rate either way.
@@ -175,11 +176,8 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
         }
         let lulls = &app.catalog.params.rule.lull;
         let in_lull = sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot, lulls));
-        if hit {
-            stats.record_cached_latency(route.mode, micros, alpha);
-        } else {
-            stats.record_latency(route.mode, micros, alpha);
-        }
+        let outcome = ctx.status.map_or(Outcome::Failure, Outcome::from_status);
+        stats.record_first_chunk(route.mode, micros, outcome, hit, alpha);
         route.metrics.first_chunk(seconds);
         // A cached answer says where a conversation's cache is, not how the candidate queues.
         ctx.answer = answer.filter(|_| !hit).map(|a| (a, in_lull));

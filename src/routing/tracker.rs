@@ -228,6 +228,26 @@ impl CandidateStats {
         }
     }
 
+    /// Folds in the time to first chunk (µs) of an answer that ended as `outcome`: only a
+    /// successful answer says how fast the candidate answers requests, so an error's time
+    /// leaves the latency alone (a 503 in 30 ms is not a fast answer; its cost is in the
+    /// success rate). `cached` answers came from the provider's prompt cache
+    /// ([`CandidateStats::record_cached_latency`]).
+    pub fn record_first_chunk(
+        &self,
+        mode: Mode,
+        micros: f64,
+        outcome: Outcome,
+        cached: bool,
+        alpha: f64,
+    ) {
+        match (outcome, cached) {
+            (Outcome::Success, false) => self.record_latency(mode, micros, alpha),
+            (Outcome::Success, true) => self.record_cached_latency(mode, micros, alpha),
+            (Outcome::Failure | Outcome::ClientError, _) => {}
+        }
+    }
+
     /// Count an attempt and move the success EWMA (only for `Success`/`Failure`).
     pub fn record_outcome(&self, outcome: Outcome, alpha: f64) {
         self.requests.fetch_add(1, Relaxed);
@@ -652,6 +672,22 @@ mod tests {
             s.latency_ms(Mode::NonStreaming).unwrap_or(0.0),
             1.30035
         ));
+    }
+
+    #[test]
+    fn only_a_successful_answer_moves_the_latency() {
+        let s = CandidateStats::new();
+        let mode = Mode::NonStreaming;
+        // A candidate answering 503 in 30 ms, then 400 in 5 ms, has learned no latency.
+        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, 0.4);
+        s.record_first_chunk(mode, 5_000.0, Outcome::ClientError, false, 0.4);
+        assert_eq!(s.latency_us(mode), None);
+        s.record_first_chunk(mode, 400_000.0, Outcome::Success, false, 0.4);
+        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, 0.4);
+        assert_eq!(s.latency_us(mode), Some(400_000.0));
+        // A successful answer from the prompt cache goes to the cache-hit estimate.
+        s.record_first_chunk(mode, 900_000.0, Outcome::Success, true, 0.4);
+        assert_eq!(s.latency_us(mode), Some(900_000.0));
     }
 
     #[test]

@@ -236,21 +236,18 @@ impl Strategy for Sturnus {
                 retry_after_s,
             } => (code, retry_after_s),
         };
-        // As outcome::response_body_filter: the first chunk of any response, error bodies
-        // included; with prefix affinity, an answer from the prompt cache as a cache hit.
+        // As outcome::response_body_filter: the first chunk of a successful answer; with
+        // prefix affinity, an answer from the prompt cache as a cache hit.
         let slot = Slot {
             index: p,
             of: self.stats.len(),
         };
         let cached = response.cached && self.variant.prefix_affinity;
         let in_lull = lull::unqueued_sample(sent, slot, &self.variant.params.rule.lull);
-        if cached {
-            stats.record_cached_latency(MODE, response.latency as f64, alpha);
-        } else {
-            stats.record_latency(MODE, response.latency as f64, alpha);
-        }
+        let outcome = Outcome::from_status(status);
+        stats.record_first_chunk(MODE, response.latency as f64, outcome, cached, alpha);
         // As outcome::finish.
-        match Outcome::from_status(status) {
+        match outcome {
             Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, alpha),
             outcome => {
                 stats.record_outcome(outcome, alpha);
@@ -304,10 +301,14 @@ mod tests {
         assert!(!s.stats()[1].needs_time());
         s.finished(1, 5_000_000, &limited(30_000));
         assert_eq!(s.stats()[1].inflight(), 1);
-        assert_eq!(s.stats()[1].latency_us(MODE), Some(30_000.0));
+        // A 429 in 30 ms is not a fast answer: only a success gives a latency.
+        assert_eq!(s.stats()[1].latency_us(MODE), None);
+        s.finished(1, 5_500_000, &answered(400_000));
+        assert_eq!(s.stats()[1].latency_us(MODE), Some(400_000.0));
         assert_eq!(s.stats()[1].failures(), 1);
         assert_eq!(s.stats()[1].last_error(), Some((ErrorKind::Status, 5_000)));
         assert_eq!(s.stats()[1].back_off_deadline_us(), None);
+        assert_eq!(s.stats()[1].inflight(), 0);
     }
 
     fn answered(latency: Micros) -> Response {
