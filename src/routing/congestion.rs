@@ -337,14 +337,6 @@ impl Congestion {
 
     /// The discount `d` of `mode` (the selector multiplies the weight by `e^-d`).
     #[inline]
-    /// The jitter σ² (variance of the log-latency) of `mode`'s answers; 0 before the first.
-    pub(crate) fn jitter_var(&self, mode: Mode) -> f64 {
-        match self.log_var[mode.slot()].load(Relaxed) {
-            EMPTY => 0.0,
-            bits => f64::from_bits(bits),
-        }
-    }
-
     pub(crate) fn discount(&self, mode: Mode) -> f64 {
         f64::from_bits(self.discount[mode.slot()].load(Relaxed))
     }

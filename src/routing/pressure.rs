@@ -1,55 +1,42 @@
 //! Live signals about a candidate that arrive before any response does.
 //!
-//! - Waiting age: a request sent upstream adds its send time to a running sum (per [`Mode`])
-//!   until its first response chunk arrives, so the mean age of the requests still waiting is
-//!   `now - sum / count`. With requests sent at a steady pace that each take `L`, waiting ages
-//!   spread evenly over `[0, L]` and average `L / 2`, so twice the mean age estimates the
-//!   latency those requests are getting *now*, before any of them has answered (the selector
-//!   corrects it for the length bias of jittery latencies: the requests still waiting are the
-//!   long ones). The selector
-//!   uses it, less a slack of half the EWMA, when that exceeds the EWMA: a provider that
-//!   suddenly slows down, or whose queue is filling because every sidecar rushed to it, loses
-//!   traffic while the slow answers are still on their way.
+//! - Open age: each request sent upstream is held (per [`Mode`]) until its first response
+//!   chunk arrives or it gives up. A waiting request that was sent before one that has already
+//!   answered has been *overtaken*: the candidate is answering, and this one is merely long
+//!   (log-normal latencies have long tails). The age of the oldest request that nothing sent
+//!   after it has overtaken is a lower bound on the latency the candidate gives *now*: when
+//!   it slows down, or its queue fills because every sidecar rushed to it, the requests sent
+//!   since stay unanswered and that age grows, before any slow answer is back. The selector
+//!   charges it, less a slack of half the EWMA, when that exceeds the EWMA.
 //! - Back-off: a `429` with `Retry-After` sets a deadline before which the candidate gets no
 //!   traffic at all (not even the probe floor); afterwards its depressed success rate ramps it
 //!   back in.
 //!
 //! Times are µs on any consistent clock: the monotonic clock in the proxy ([`now_us`]), so a
 //! wall-clock step (NTP, a resumed VM) can neither bench a candidate nor erase a back-off, and
-//! virtual time in the simulator. Count and sum are two atomics read without a lock, so a reader can see them
-//! out of step; with absolute timestamps that shows up as an implausible age and is ignored.
+//! virtual time in the simulator. The waiting send times sit behind a lock taken once when a
+//! request is sent, once at its first chunk and once when it ends; a pick reads one atomic.
 
 use super::attempt::Mode;
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
-/// The waiting age's constants (`[routing.rule.wait_age]`, `--param wait_age.<name>`).
+/// The waiting age's constant (`[routing.rule.wait_age]`, `--param wait_age.<name>`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WaitAgeParams {
-    /// Requests sent at a steady pace that each take `L` are, while waiting, `L / 2` old on
-    /// average: twice the mean waiting age estimates the latency they are getting now.
-    /// 0 turns the waiting age off.
-    pub factor: f64,
-    /// Part of the latency EWMA taken off the waiting-age estimate: it counts once it exceeds
-    /// 1.5 × the EWMA. One request waiting is anywhere from 0 to its latency old, so twice its
-    /// age overshoots that latency half the time, by up to 2×; without the slack that noise
-    /// charges every busy candidate a premium and hands its traffic to slower ones. A stall
-    /// still shows within about one latency.
+    /// Part of the latency EWMA taken off the open age before it counts: the open age raises
+    /// the latency a pick charges once it exceeds 1.5 × the EWMA. A lone request is as old as
+    /// its own latency before it answers, so without the slack every request that runs a
+    /// little long would charge its candidate more while it waits.
     pub slack: f64,
-    /// Multiple of the jitter σ² in the length-bias correction `e^(−length_bias · σ²)` of the
-    /// mean age: 1 is exact for log-normal latencies, 0 turns the correction off; the default
-    /// takes half of it (docs/routing.md says what each costs).
-    pub length_bias: f64,
 }
 
 impl WaitAgeParams {
     /// The defaults, as a constant.
-    pub const DEFAULT: WaitAgeParams = WaitAgeParams {
-        factor: 2.0,
-        slack: 0.5,
-        length_bias: 0.5,
-    };
+    pub const DEFAULT: WaitAgeParams = WaitAgeParams { slack: 0.5 };
 }
 
 impl Default for WaitAgeParams {
@@ -66,12 +53,61 @@ pub fn now_us() -> u64 {
     crate::clock::monotonic_us()
 }
 
-/// Requests of one mode waiting for their first chunk: how many, and the sum of send times.
-#[derive(Debug, Default)]
+/// Send time marking "no open request" in [`Waiting::oldest_open`].
+const NONE: u64 = u64::MAX;
+
+/// Requests of one mode waiting for their first chunk.
+#[derive(Debug)]
 struct Waiting {
+    /// How many are waiting (read without the lock by [`Pressure::active`]).
     count: AtomicU64,
-    /// Wrapping sum of send times (µs).
-    sent_sum: AtomicU64,
+    /// Their send times, oldest first, and the latest send time among the answered ones.
+    open: Mutex<Open>,
+    /// Send time of the oldest waiting request that no later-sent request has overtaken by
+    /// answering first; [`NONE`] when there is none. Written under `open`, read by picks.
+    oldest_open: AtomicU64,
+}
+
+impl Default for Waiting {
+    fn default() -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            open: Mutex::new(Open::default()),
+            oldest_open: AtomicU64::new(NONE),
+        }
+    }
+}
+
+/// The waiting requests' send times in order, and the answered frontier.
+#[derive(Debug, Default)]
+struct Open {
+    /// Send times of the requests still waiting, ascending.
+    sent: VecDeque<u64>,
+    /// The latest send time of a request that got its first chunk (`None` before any).
+    frontier: Option<u64>,
+}
+
+impl Open {
+    /// Send time of the oldest waiting request sent after the frontier.
+    fn oldest_open(&self) -> u64 {
+        let from = match self.frontier {
+            Some(f) => self.sent.partition_point(|&t| t <= f),
+            None => 0,
+        };
+        self.sent.get(from).copied().unwrap_or(NONE)
+    }
+}
+
+impl Waiting {
+    /// Runs `f` on the open set and republishes the oldest open send time.
+    fn update(&self, f: impl FnOnce(&mut Open)) {
+        let mut open = match self.open.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut open);
+        self.oldest_open.store(open.oldest_open(), Relaxed);
+    }
 }
 
 /// Waiting requests per mode and the back-off deadline of one candidate.
@@ -86,15 +122,31 @@ impl Pressure {
     /// A request of `mode` was sent at `sent_us`.
     pub(crate) fn start(&self, mode: Mode, sent_us: u64) {
         let w = &self.waiting[mode.slot()];
-        w.sent_sum.fetch_add(sent_us, Relaxed);
         w.count.fetch_add(1, Relaxed);
+        w.update(|open| {
+            let at = open.sent.partition_point(|&t| t <= sent_us);
+            open.sent.insert(at, sent_us);
+        });
     }
 
-    /// The request of `mode` sent at `sent_us` got its first chunk (or gave up).
+    /// The request of `mode` sent at `sent_us` got its first chunk: every request sent before
+    /// it that still waits has been overtaken.
+    pub(crate) fn answered(&self, mode: Mode, sent_us: u64) {
+        self.waiting[mode.slot()].update(|open| {
+            open.frontier = Some(open.frontier.map_or(sent_us, |f| f.max(sent_us)));
+        });
+    }
+
+    /// The request of `mode` sent at `sent_us` stopped waiting (answered or gave up).
     pub(crate) fn end(&self, mode: Mode, sent_us: u64) {
         let w = &self.waiting[mode.slot()];
         w.count.fetch_sub(1, Relaxed);
-        w.sent_sum.fetch_sub(sent_us, Relaxed);
+        w.update(|open| {
+            let at = open.sent.partition_point(|&t| t < sent_us);
+            if open.sent.get(at) == Some(&sent_us) {
+                open.sent.remove(at);
+            }
+        });
     }
 
     /// True when scoring this candidate needs the current time.
@@ -103,19 +155,16 @@ impl Pressure {
         self.until.load(Relaxed) != 0 || self.waiting.iter().any(|w| w.count.load(Relaxed) != 0)
     }
 
-    /// Mean age (µs) at `now_us` of the requests of `mode` still waiting; `None` when there are
-    /// none or the reading is implausible (torn by a concurrent start or end).
-    pub(crate) fn mean_age_us(&self, mode: Mode, now_us: u64) -> Option<f64> {
-        let w = &self.waiting[mode.slot()];
-        let n = w.count.load(Relaxed);
-        if n == 0 {
-            return None;
+    /// Age (µs) at `now_us` of the oldest request of `mode` still waiting that no request sent
+    /// after it has overtaken (by getting its first chunk first); `None` when there is none.
+    pub(crate) fn open_age_us(&self, mode: Mode, now_us: u64) -> Option<f64> {
+        match self.waiting[mode.slot()].oldest_open.load(Relaxed) {
+            NONE => None,
+            sent => {
+                let age = now_us.saturating_sub(sent);
+                (age <= MAX_AGE_US).then_some(age as f64)
+            }
         }
-        let sum = w.sent_sum.load(Relaxed);
-        let total = now_us.wrapping_mul(n).wrapping_sub(sum);
-        let age = total / n;
-        // Wrapped (negative) or absurd totals come from a torn read.
-        (total <= MAX_AGE_US.saturating_mul(n) && age <= MAX_AGE_US).then_some(age as f64)
     }
 
     /// No traffic before `deadline_us` (a later deadline never gets shortened).
@@ -154,35 +203,42 @@ mod tests {
     const NS: Mode = Mode::NonStreaming;
 
     #[test]
-    fn mean_age_of_waiting_requests_per_mode() {
+    fn the_open_age_is_the_oldest_waiting_request_not_overtaken() {
         let p = Pressure::default();
-        assert_eq!(p.mean_age_us(NS, 100), None);
+        assert_eq!(p.open_age_us(NS, 100), None);
         assert!(!p.active());
         p.start(NS, 1_000);
         p.start(NS, 3_000);
         assert!(p.active());
-        assert_eq!(p.mean_age_us(NS, 5_000), Some(3_000.0));
-        assert_eq!(p.mean_age_us(Mode::Streaming, 5_000), None);
-        p.end(NS, 1_000);
-        assert_eq!(p.mean_age_us(NS, 5_000), Some(2_000.0));
+        assert_eq!(p.open_age_us(NS, 5_000), Some(4_000.0));
+        assert_eq!(p.open_age_us(Mode::Streaming, 5_000), None);
+        // The younger one answers: the older one is overtaken, a straggler, and counts no more.
+        p.answered(NS, 3_000);
         p.end(NS, 3_000);
-        assert_eq!(p.mean_age_us(NS, 5_000), None);
+        assert_eq!(p.open_age_us(NS, 5_000), None);
+        assert!(p.active(), "the straggler still waits");
+        // A request sent after the answered one is open again.
+        p.start(NS, 6_000);
+        assert_eq!(p.open_age_us(NS, 9_000), Some(3_000.0));
+        // One that gives up without an answer overtakes nothing.
+        p.end(NS, 6_000);
+        assert_eq!(p.open_age_us(NS, 9_000), None);
+        p.end(NS, 1_000);
         assert!(!p.active());
     }
 
     #[test]
-    fn torn_or_future_readings_are_ignored() {
+    fn requests_sent_out_of_order_are_kept_in_order() {
         let p = Pressure::default();
-        let now = 1_700_000_000_000_000u64;
-        p.start(NS, now);
-        // A clock that went backwards gives a negative age: ignored.
-        assert_eq!(p.mean_age_us(NS, now - 5), None);
-        // Sum updated, count not yet (as mid-`start`): implausible, ignored.
-        let w = &p.waiting[NS.slot()];
-        w.sent_sum.fetch_add(now, Relaxed);
-        assert_eq!(p.mean_age_us(NS, now + 10), None);
-        w.count.fetch_add(1, Relaxed);
-        assert_eq!(p.mean_age_us(NS, now + 10), Some(10.0));
+        for sent in [5_000, 2_000, 9_000, 2_000] {
+            p.start(NS, sent);
+        }
+        assert_eq!(p.open_age_us(NS, 10_000), Some(8_000.0));
+        p.answered(NS, 2_000);
+        p.end(NS, 2_000);
+        assert_eq!(p.open_age_us(NS, 10_000), Some(5_000.0));
+        // A clock read before the oldest send gives no age rather than a negative one.
+        assert_eq!(p.open_age_us(NS, 4_000), Some(0.0));
     }
 
     #[test]

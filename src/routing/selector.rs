@@ -17,7 +17,7 @@ use super::attempt::Mode;
 use super::keyed_shares::SmoothedShare;
 use super::load::charged_latency;
 use super::params::{RoutingParams, RuleParams};
-use super::pressure::{now_us, WaitAgeParams};
+use super::pressure::now_us;
 use super::rng::RngSource;
 use super::tracker::{CandidateStats, Snapshot};
 
@@ -106,15 +106,16 @@ impl Stake {
     }
 }
 
-/// The latency a pick charges a warm candidate (µs): the EWMA, or the waiting-age estimate
-/// when that is larger, plus the load charge of our requests in flight ([`super::load`]).
-/// `None` while the candidate has no finite latency in this mode (cold). /status shows it as
+/// The latency a pick charges a warm candidate (µs): the EWMA, or the open age of its
+/// requests still waiting ([`super::pressure`]) less `wait_age.slack` × the EWMA when that is
+/// larger, plus the load charge of our requests in flight ([`super::load`]). `None` while the
+/// candidate has no finite latency in this mode (cold). /status shows it as
 /// `charged_latency_ms`.
 #[inline]
 pub fn charged_latency_us(s: &Snapshot, rule: &RuleParams) -> Option<f64> {
     // Finite and not negative (NaN fails both comparisons).
     let lat = s.latency_us.filter(|l| (0.0..f64::INFINITY).contains(l))?;
-    let lat = match waiting_estimate_us(s, &rule.wait_age).map(|w| w - rule.wait_age.slack * lat) {
+    let lat = match s.wait_age_us.map(|age| age - rule.wait_age.slack * lat) {
         Some(waiting) if waiting > lat => waiting,
         _ => lat,
     };
@@ -127,26 +128,9 @@ pub fn charged_latency_us(s: &Snapshot, rule: &RuleParams) -> Option<f64> {
     ))
 }
 
-/// The latency (µs) the requests still waiting predict: `factor` × their mean age ×
-/// `e^(−length_bias · σ²)`. The requests still waiting are the long ones, so with latencies of
-/// mean `L` and squared coefficient of variation `c²` they are `L (1 + c²) / 2` old on average,
-/// not `L / 2`; for log-normal latencies `1 + c² = e^(σ²)` ([`super::pressure`]). `None` while
-/// none waits.
-#[inline]
-pub fn waiting_estimate_us(s: &Snapshot, wait: &WaitAgeParams) -> Option<f64> {
-    let bias = if s.jitter_var > 0.0 && wait.length_bias > 0.0 {
-        (-wait.length_bias * s.jitter_var).exp()
-    } else {
-        1.0
-    };
-    s.wait_age_us.map(|age| wait.factor * age * bias)
-}
-
 /// The single scoring function. A warm candidate's speed is `success / latency`, with success
 /// clamped to `[min_success, 1]` and latency to at least `min_latency_us` ([`super::params::ScoreParams`]).
-/// The latency is the EWMA, or the waiting age's `factor` times the mean age of the requests
-/// still waiting for their first chunk less its `slack` times the EWMA, when that is larger (see
-/// [`super::pressure`]). Ratios of speeds are inverse ratios of effective latencies, and this
+/// The latency is [`charged_latency_us`]. Ratios of speeds are inverse ratios of effective latencies, and this
 /// form needs one division per candidate instead of two. `k` is the exponent from [`sane_k`].
 #[inline]
 fn score(s: &Snapshot, k: f64, rule: &RuleParams) -> Score {
@@ -680,7 +664,6 @@ mod tests {
             inflight: 0,
             load_slope_us: 0.0,
             load_mean_inflight: 0.0,
-            jitter_var: 0.0,
         }
     }
 
@@ -874,7 +857,6 @@ mod tests {
                         inflight: 0,
                         load_slope_us: 0.0,
                         load_mean_inflight: 0.0,
-                        jitter_var: 0.0,
                     }
                 })
                 .collect();
@@ -1300,12 +1282,12 @@ mod tests {
             wait_age_us: Some(age),
             ..warm(lat, 1.0)
         };
-        // Twice 175 less half the 100 µs EWMA = 300 µs now: weight (100/300)^3.
-        let s = run(&[warm(100.0, 1.0), waiting(100.0, 175.0)], &no_floor());
+        // An open request 350 µs old, less half the 100 µs EWMA = 300 µs now: weight (100/300)^3.
+        let s = run(&[warm(100.0, 1.0), waiting(100.0, 350.0)], &no_floor());
         assert_close(s[1] / s[0], 1.0 / 27.0);
-        // Twice 70 = 140 µs, less the slack 90 µs: below the EWMA, no effect (one request
-        // 70 µs into a 100 µs answer is on time).
-        let s = run(&[warm(100.0, 1.0), waiting(100.0, 70.0)], &no_floor());
+        // 140 µs old, less the slack 50 µs: below the EWMA, no effect (a request a little
+        // longer than the average is not a stall).
+        let s = run(&[warm(100.0, 1.0), waiting(100.0, 140.0)], &no_floor());
         assert_close(s[1] / s[0], 1.0);
         // Cold candidates are not scored by age (a fresh request would look instant).
         let cold_waiting = Snapshot {
@@ -1390,7 +1372,6 @@ mod tests {
             inflight: 0,
             load_slope_us: 0.0,
             load_mean_inflight: 0.0,
-            jitter_var: 0.0,
             ..warm(100.0, 1.0)
         };
         // Equal latency, discount 1.5: weight ratio e^-1.5 whatever k is.

@@ -50,8 +50,8 @@ pub struct Snapshot {
     pub latency_us: Option<f64>,
     /// Success-rate EWMA in `[0, 1]`.
     pub success: f64,
-    /// Mean age (µs) of this mode's requests still waiting for their first chunk, if any are
-    /// tracked (see [`CandidateStats::begin_wait`]).
+    /// Age (µs) of this mode's oldest request still waiting for its first chunk that no request
+    /// sent after it has overtaken, if any (see [`CandidateStats::begin_wait`]).
     pub wait_age_us: Option<f64>,
     /// True while the candidate is backed off after a `Retry-After`.
     pub backed_off: bool,
@@ -66,9 +66,6 @@ pub struct Snapshot {
     pub load_slope_us: f64,
     /// Mean count of our requests in flight when its answers were sent ([`super::load`]).
     pub load_mean_inflight: f64,
-    /// Variance σ² of the log-latency of its answers (the jitter; 0 before any is measured):
-    /// corrects the waiting age for length bias ([`super::selector::waiting_estimate_us`]).
-    pub jitter_var: f64,
 }
 
 impl Snapshot {
@@ -83,7 +80,6 @@ impl Snapshot {
         inflight: 0,
         load_slope_us: 0.0,
         load_mean_inflight: 0.0,
-        jitter_var: 0.0,
     };
 }
 
@@ -329,7 +325,6 @@ impl CandidateStats {
             inflight: self.inflight(),
             load_slope_us: self.load[mode.slot()].slope_us(),
             load_mean_inflight: self.load[mode.slot()].mean_inflight(),
-            jitter_var: self.congestion.jitter_var(mode),
         }
     }
 
@@ -361,9 +356,10 @@ impl CandidateStats {
         }
     }
 
-    /// Mean age (µs) at `now_us` of the requests of `mode` waiting for their first chunk.
+    /// Age (µs) at `now_us` of the oldest request of `mode` waiting for its first chunk that no
+    /// request sent after it has overtaken ([`super::pressure`]).
     pub fn wait_age_us(&self, mode: Mode, now_us: u64) -> Option<f64> {
-        self.pressure.mean_age_us(mode, now_us)
+        self.pressure.open_age_us(mode, now_us)
     }
 
     /// Honours an upstream `Retry-After`: no traffic to this candidate before `deadline_us`
@@ -601,6 +597,7 @@ impl WaitGuard {
     /// The first chunk came `latency_us` after sending: the request stops waiting, and what
     /// it measured is kept for its outcome ([`CandidateStats::record_answer`]).
     pub fn first_chunk(self, latency_us: f64) -> Answer {
+        self.stats.pressure.answered(self.mode, self.sent_us);
         Answer {
             mode: self.mode,
             sent_us: self.sent_us,
@@ -931,13 +928,15 @@ mod tests {
             let b = s.begin_wait(Mode::NonStreaming, 300);
             assert_eq!(a.sent_us(), 100);
             assert!(s.needs_time());
-            assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), Some(300.0));
+            assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), Some(400.0));
             assert_eq!(s.wait_age_us(Mode::Streaming, 500), None);
             let snap = s.snapshot_at(Mode::NonStreaming, 500);
-            assert_eq!(snap.wait_age_us, Some(300.0));
+            assert_eq!(snap.wait_age_us, Some(400.0));
             assert_eq!(s.snapshot(Mode::NonStreaming).wait_age_us, None);
-            drop(b);
-            assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), Some(400.0));
+            // The younger one's first chunk overtakes the older one, which no longer counts.
+            let _ = b.first_chunk(200.0);
+            assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), None);
+            assert!(s.needs_time(), "the overtaken one still waits");
             drop(a);
         }
         assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), None);
@@ -945,59 +944,76 @@ mod tests {
         assert_eq!(s.inflight(), 1);
     }
 
-    /// Mean over a steady stream's picks of the waiting-age estimate, against the stream's mean
-    /// latency: requests every 10 ms, latencies log-normal around 100 ms with `sigma`; second,
-    /// the same for twice the raw mean age.
-    fn waiting_estimate_over_the_mean_latency(sigma: f64) -> (f64, f64) {
+    /// Over a steady stream (a request every 10 ms, log-normal latencies around 100 ms with
+    /// `sigma`): the share of steady picks at which the open age charges more than the EWMA;
+    /// then, once every request takes ten times longer, the mean charged latency and the mean
+    /// EWMA over the next half second, each over its steady mean.
+    fn the_open_age_over_a_stream(sigma: f64) -> (f64, f64, f64) {
         use crate::routing::rng::{RngSource, SplitMix64};
         let s = Arc::new(CandidateStats::new());
         let params = RoutingParams::default();
         let mut rng = SplitMix64::new(7);
         let mut waiting: Vec<(u64, WaitGuard)> = Vec::new();
-        let (mut ages, mut raw, mut latencies) = (Vec::new(), Vec::new(), Vec::new());
-        for i in 1..=40_000u64 {
+        let (mut above, mut picks) = (0u32, 0u32);
+        let (mut steady, mut stalled) = (Vec::new(), Vec::new());
+        let step_at = 30_000u64;
+        for i in 1..=step_at + 50 {
             let now = i * 10_000;
             // Answers due by now come in (their first chunk), then the next request goes out.
             waiting.sort_by_key(|(due, _)| std::cmp::Reverse(*due));
             while waiting.last().is_some_and(|(due, _)| *due <= now) {
                 let (due, guard) = waiting.pop().unwrap();
                 let took = (due - guard.sent_us()) as f64;
+                s.record_first_chunk(Mode::NonStreaming, took, Outcome::Success, false, 0.4);
                 let answer = guard.first_chunk(took);
                 s.record_answer(&answer, false, &params, due);
             }
             if i > 10_000 {
                 let snap = s.snapshot_at(Mode::NonStreaming, now);
-                let wait = super::super::pressure::WaitAgeParams {
-                    length_bias: 1.0,
-                    ..super::super::pressure::WaitAgeParams::DEFAULT
-                };
-                if let Some(estimate) = super::super::selector::waiting_estimate_us(&snap, &wait) {
-                    ages.push(estimate);
-                    raw.push(2.0 * snap.wait_age_us.unwrap());
+                let lat = snap.latency_us.unwrap_or(f64::NAN);
+                let charged = super::super::selector::charged_latency_us(&snap, &params.rule);
+                let charged = charged.unwrap_or(f64::NAN);
+                if i > step_at {
+                    stalled.push((charged, lat));
+                } else {
+                    above += u32::from(charged > lat);
+                    picks += 1;
+                    steady.push((charged, lat));
                 }
             }
             // Box-Muller: one standard normal from two uniforms.
             let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
             let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
-            let latency = (100_000.0 * (sigma * z).exp()).round() as u64;
-            latencies.push(latency as f64);
+            let slow = if i >= step_at { 10.0 } else { 1.0 };
+            let latency = (slow * 100_000.0 * (sigma * z).exp()).round() as u64;
             waiting.push((now + latency.max(1), s.begin_wait(Mode::NonStreaming, now)));
         }
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        let latency = mean(&latencies);
-        (mean(&ages) / latency, mean(&raw) / latency)
+        let mean = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
+            v.iter().map(f).sum::<f64>() / v.len() as f64
+        };
+        let charged = mean(&stalled, |x| x.0) / mean(&steady, |x| x.0);
+        let ewma = mean(&stalled, |x| x.1) / mean(&steady, |x| x.1);
+        (f64::from(above) / f64::from(picks), charged, ewma)
     }
 
     #[test]
-    fn the_waiting_age_is_corrected_for_the_length_bias_of_jittery_latencies() {
-        // Without the correction twice the mean age overshoots the mean latency by e^(σ²):
-        // 1.9 x at σ 0.8. With the full correction (length_bias 1) it estimates the latency at
-        // every jitter.
+    fn stragglers_charge_nothing_and_a_stall_shows_before_its_answers() {
+        // With long tails (σ 0.8) some request always runs long, but younger ones overtake it:
+        // the open age (almost) never raises the charge in steady conditions.
         for sigma in [0.1, 0.4, 0.8] {
-            let (ratio, raw) = waiting_estimate_over_the_mean_latency(sigma);
-            assert!((0.9..1.1).contains(&ratio), "σ {sigma}: {ratio}");
-            let bias = (sigma * sigma).exp();
-            assert!((raw / bias - 1.0).abs() < 0.1, "σ {sigma}: raw {raw}");
+            let (steady_above, _, _) = the_open_age_over_a_stream(sigma);
+            assert!(steady_above < 0.01, "σ {sigma}: steady {steady_above}");
+        }
+        // Once every request is ten times slower, none sent since answers for a while, and the
+        // age of the first of them raises the charge before the EWMA of the answers catches up.
+        // (At σ 0.8 a quarter of the slowed requests still answer within 600 ms, and those
+        // answers move the EWMA as fast.)
+        for sigma in [0.1, 0.4] {
+            let (_, charged, ewma) = the_open_age_over_a_stream(sigma);
+            assert!(
+                charged > 1.5 * ewma,
+                "σ {sigma}: {charged} vs the EWMA's {ewma}"
+            );
         }
     }
 

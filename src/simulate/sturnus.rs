@@ -351,7 +351,7 @@ mod tests {
         let mut s = Sturnus::new(2, Variant::current());
         s.started(1, 1_000);
         s.started(1, 2_000);
-        assert_eq!(s.stats()[1].wait_age_us(MODE, 4_000), Some(2_500.0));
+        assert_eq!(s.stats()[1].wait_age_us(MODE, 4_000), Some(3_000.0));
         // The attempt sent at 1 000 answers at 4 000: the one from 2 000 still waits.
         s.finished(1, 4_000, &limited(3_000));
         assert_eq!(s.stats()[1].wait_age_us(MODE, 4_000), Some(2_000.0));
