@@ -23,6 +23,7 @@ use pingora_core::apps::{HttpServerApp, ServerApp};
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -174,25 +175,19 @@ async fn read_head(
 ) -> Head {
     let mut buf = carried;
     if !fresh && buf.is_empty() {
-        // An idle keep-alive connection holds no read buffer: the wait for the next request
-        // is a one-byte peek, and the buffer is taken once bytes are there.
-        let mut peeked = [0u8; 1];
+        // An idle keep-alive connection holds no read buffer while it waits for its next
+        // request (see `read_when_ready`).
         let first = tokio::select! {
             biased;
-            r = tokio::time::timeout(KEEPALIVE_IDLE, stream.try_peek(&mut peeked)) => r,
+            r = tokio::time::timeout(KEEPALIVE_IDLE, read_when_ready(stream)) => r,
             _ = closing.wait_for(|c| *c) => return Head::Gone,
         };
-        if !matches!(first, Ok(Ok(_))) {
-            return Head::Gone;
-        }
-        buf.reserve(4096);
-        let first = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)).await;
         match first {
-            Ok(Ok(n)) if n > 0 => {}
+            Ok(Ok(received)) if !received.is_empty() => buf = received,
             _ => return Head::Gone,
         }
     } else {
-        buf.reserve(4096);
+        buf.reserve(HEAD_CHUNK);
     }
     let deadline = Instant::now() + timeout;
     loop {
@@ -205,7 +200,7 @@ async fn read_head(
             let detail = format!("more than {MAX_HEADER_BYTES} bytes");
             return Head::Refused(ApiError::headers_too_large(&detail));
         }
-        buf.reserve(4096);
+        buf.reserve(HEAD_CHUNK);
         let read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await;
         match read {
             Err(_elapsed) => return Head::Refused(ApiError::request_timeout("header", timeout)),
@@ -213,6 +208,22 @@ async fn read_head(
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// How many bytes each read of a request header makes room for.
+const HEAD_CHUNK: usize = 4096;
+
+/// Reads what the client sends next into a new buffer of [`HEAD_CHUNK`] bytes, without holding
+/// a buffer while nothing has arrived: each poll takes one and releases it when the read is
+/// pending (no system call is made then: the socket is not yet readable). The bytes are read
+/// by the call that finds them, one system call per request as in Pingora's own read of a
+/// keep-alive connection, where a peek before the read would take two.
+fn read_when_ready(stream: &mut Stream) -> impl Future<Output = std::io::Result<BytesMut>> + '_ {
+    std::future::poll_fn(move |cx| {
+        let mut buf = BytesMut::with_capacity(HEAD_CHUNK);
+        let polled = std::pin::pin!(stream.read_buf(&mut buf)).poll(cx);
+        polled.map(|read| read.map(|_| buf))
+    })
 }
 
 /// The verdict on the bytes received so far.
@@ -423,6 +434,35 @@ async fn refuse(mut stream: Stream, err: &ApiError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connected pair: the proxy's side as Pingora's stream, and the client's socket.
+    async fn connection() -> (Stream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let stream = pingora_core::protocols::l4::stream::Stream::from(accepted);
+        (Box::new(stream), client)
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_pending_until_its_next_request_which_one_read_takes_whole() {
+        let (mut stream, mut client) = connection().await;
+        let waiting = std::future::poll_fn(|cx| {
+            let mut read = std::pin::pin!(read_when_ready(&mut stream));
+            std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
+        });
+        assert!(waiting.await, "nothing was sent yet");
+        let request = b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
+        client.write_all(request).await.unwrap();
+        let received = read_when_ready(&mut stream).await.unwrap();
+        assert_eq!(&received[..], &request[..]);
+        assert!(received.capacity() >= HEAD_CHUNK);
+        drop(client);
+        let closed = read_when_ready(&mut stream).await.unwrap();
+        assert!(closed.is_empty(), "a closed client reads as nothing");
+    }
 
     fn check(text: &[u8]) -> Result<bool, u16> {
         match examine(text) {
