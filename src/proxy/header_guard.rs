@@ -24,10 +24,11 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Largest request header accepted, in bytes (request line and all header lines).
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -86,9 +87,16 @@ where
         let mut fresh = true;
         // Bytes received after the previous request: the start of a pipelined next one.
         let mut carried = BytesMut::new();
+        let mut closing = self.closing.subscribe();
+        // The keep-alive idle timer, one for the connection's life (see `idle_for`).
+        let mut idle = std::pin::pin!(tokio::time::sleep(KEEPALIVE_IDLE));
         loop {
-            let closing = self.closing.subscribe();
-            let head = read_head(&mut stream, carried, fresh, self.timeout, closing).await;
+            let waits = Waits {
+                idle: idle.as_mut(),
+                closing: &mut closing,
+                header: self.timeout,
+            };
+            let head = read_head(&mut stream, carried, fresh, waits).await;
             let prefix = match head {
                 Head::Ready(mut prefix, request_end) => {
                     carried = split_off_next(&mut prefix, request_end);
@@ -162,28 +170,35 @@ fn split_off_next(received: &mut BytesMut, request_end: Option<usize>) -> BytesM
     }
 }
 
+/// What a connection's wait for a request header is bounded by.
+struct Waits<'a> {
+    /// The connection's keep-alive idle timer (see [`idle_for`]).
+    idle: Pin<&'a mut Sleep>,
+    /// Flips to `true` when the server shuts down.
+    closing: &'a mut tokio::sync::watch::Receiver<bool>,
+    /// Time allowed to receive a header from its first byte (`routing.header_timeout_secs`).
+    header: Duration,
+}
+
 /// Reads one request header, starting from `carried` (bytes of it already received). On a
 /// reused connection with nothing carried, the wait for its first byte is the keep-alive idle
 /// time (silently closed when it passes, or when `closing` flips); the header deadline runs
 /// from that first byte, or from the accept on a new connection.
-async fn read_head(
-    stream: &mut Stream,
-    carried: BytesMut,
-    fresh: bool,
-    timeout: Duration,
-    mut closing: tokio::sync::watch::Receiver<bool>,
-) -> Head {
+async fn read_head(stream: &mut Stream, carried: BytesMut, fresh: bool, waits: Waits<'_>) -> Head {
+    let timeout = waits.header;
     let mut buf = carried;
     if !fresh && buf.is_empty() {
         // An idle keep-alive connection holds no read buffer while it waits for its next
         // request (see `read_when_ready`).
+        let idle_until = Instant::now() + KEEPALIVE_IDLE;
         let first = tokio::select! {
             biased;
-            r = tokio::time::timeout(KEEPALIVE_IDLE, read_when_ready(stream)) => r,
-            _ = closing.wait_for(|c| *c) => return Head::Gone,
+            r = read_when_ready(stream) => r,
+            () = idle_for(waits.idle, idle_until) => return Head::Gone,
+            _ = waits.closing.wait_for(|c| *c) => return Head::Gone,
         };
         match first {
-            Ok(Ok(received)) if !received.is_empty() => buf = received,
+            Ok(received) if !received.is_empty() => buf = received,
             _ => return Head::Gone,
         }
     } else {
@@ -224,6 +239,20 @@ fn read_when_ready(stream: &mut Stream) -> impl Future<Output = std::io::Result<
         let polled = std::pin::pin!(stream.read_buf(&mut buf)).poll(cx);
         polled.map(|read| read.map(|_| buf))
     })
+}
+
+/// Waits until `until` on `timer`, which a connection keeps for its life: the timer is moved
+/// only when it fires before `until` (a connection that was busy for longer than the idle time
+/// since the timer was set), so a keep-alive request neither registers nor cancels a timer of
+/// its own. `until` never moves back: each wait's idle time starts after the previous one's.
+async fn idle_for(mut timer: Pin<&mut Sleep>, until: Instant) {
+    loop {
+        timer.as_mut().await;
+        if timer.deadline() >= until {
+            return;
+        }
+        timer.as_mut().reset(until);
+    }
 }
 
 /// The verdict on the bytes received so far.
@@ -444,6 +473,23 @@ mod tests {
         let (accepted, _) = listener.accept().await.unwrap();
         let stream = pingora_core::protocols::l4::stream::Stream::from(accepted);
         (Box::new(stream), client)
+    }
+
+    #[tokio::test]
+    async fn the_idle_timer_fires_only_once_the_latest_wait_has_lasted_its_whole_time() {
+        let now = Instant::now();
+        // Set for an earlier wait that has passed; this wait's end has passed too: moved, done.
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(now - Duration::from_secs(2)));
+        idle_for(timer.as_mut(), now - Duration::from_secs(1)).await;
+        assert_eq!(timer.deadline(), now - Duration::from_secs(1));
+        // This wait's end is still ahead: the timer is moved to it and the wait goes on.
+        let until = now + KEEPALIVE_IDLE;
+        let pending = std::future::poll_fn(|cx| {
+            let mut wait = std::pin::pin!(idle_for(timer.as_mut(), until));
+            std::task::Poll::Ready(wait.as_mut().poll(cx).is_pending())
+        });
+        assert!(pending.await);
+        assert_eq!(timer.deadline(), until);
     }
 
     #[tokio::test]
