@@ -23,10 +23,12 @@ use pingora_core::apps::{HttpServerApp, ServerApp};
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Largest request header accepted, in bytes (request line and all header lines).
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -85,9 +87,16 @@ where
         let mut fresh = true;
         // Bytes received after the previous request: the start of a pipelined next one.
         let mut carried = BytesMut::new();
+        let mut closing = self.closing.subscribe();
+        // The keep-alive idle timer, one for the connection's life (see `idle_for`).
+        let mut idle = std::pin::pin!(tokio::time::sleep(KEEPALIVE_IDLE));
         loop {
-            let closing = self.closing.subscribe();
-            let head = read_head(&mut stream, carried, fresh, self.timeout, closing).await;
+            let waits = Waits {
+                idle: idle.as_mut(),
+                closing: &mut closing,
+                header: self.timeout,
+            };
+            let head = read_head(&mut stream, carried, fresh, waits).await;
             let prefix = match head {
                 Head::Ready(mut prefix, request_end) => {
                     carried = split_off_next(&mut prefix, request_end);
@@ -161,38 +170,39 @@ fn split_off_next(received: &mut BytesMut, request_end: Option<usize>) -> BytesM
     }
 }
 
+/// What a connection's wait for a request header is bounded by.
+struct Waits<'a> {
+    /// The connection's keep-alive idle timer (see [`idle_for`]).
+    idle: Pin<&'a mut Sleep>,
+    /// Flips to `true` when the server shuts down.
+    closing: &'a mut tokio::sync::watch::Receiver<bool>,
+    /// Time allowed to receive a header from its first byte (`routing.header_timeout_secs`).
+    header: Duration,
+}
+
 /// Reads one request header, starting from `carried` (bytes of it already received). On a
 /// reused connection with nothing carried, the wait for its first byte is the keep-alive idle
 /// time (silently closed when it passes, or when `closing` flips); the header deadline runs
 /// from that first byte, or from the accept on a new connection.
-async fn read_head(
-    stream: &mut Stream,
-    carried: BytesMut,
-    fresh: bool,
-    timeout: Duration,
-    mut closing: tokio::sync::watch::Receiver<bool>,
-) -> Head {
+async fn read_head(stream: &mut Stream, carried: BytesMut, fresh: bool, waits: Waits<'_>) -> Head {
+    let timeout = waits.header;
     let mut buf = carried;
     if !fresh && buf.is_empty() {
-        // An idle keep-alive connection holds no read buffer: the wait for the next request
-        // is a one-byte peek, and the buffer is taken once bytes are there.
-        let mut peeked = [0u8; 1];
+        // An idle keep-alive connection holds no read buffer while it waits for its next
+        // request (see `read_when_ready`).
+        let idle_until = Instant::now() + KEEPALIVE_IDLE;
         let first = tokio::select! {
             biased;
-            r = tokio::time::timeout(KEEPALIVE_IDLE, stream.try_peek(&mut peeked)) => r,
-            _ = closing.wait_for(|c| *c) => return Head::Gone,
+            r = read_when_ready(stream) => r,
+            () = idle_for(waits.idle, idle_until) => return Head::Gone,
+            _ = waits.closing.wait_for(|c| *c) => return Head::Gone,
         };
-        if !matches!(first, Ok(Ok(_))) {
-            return Head::Gone;
-        }
-        buf.reserve(4096);
-        let first = tokio::time::timeout(KEEPALIVE_IDLE, stream.read_buf(&mut buf)).await;
         match first {
-            Ok(Ok(n)) if n > 0 => {}
+            Ok(received) if !received.is_empty() => buf = received,
             _ => return Head::Gone,
         }
     } else {
-        buf.reserve(4096);
+        buf.reserve(HEAD_CHUNK);
     }
     let deadline = Instant::now() + timeout;
     loop {
@@ -205,13 +215,43 @@ async fn read_head(
             let detail = format!("more than {MAX_HEADER_BYTES} bytes");
             return Head::Refused(ApiError::headers_too_large(&detail));
         }
-        buf.reserve(4096);
+        buf.reserve(HEAD_CHUNK);
         let read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await;
         match read {
             Err(_elapsed) => return Head::Refused(ApiError::request_timeout("header", timeout)),
             Ok(Ok(0)) | Ok(Err(_)) => return Head::Gone,
             Ok(Ok(_)) => {}
         }
+    }
+}
+
+/// How many bytes each read of a request header makes room for.
+const HEAD_CHUNK: usize = 4096;
+
+/// Reads what the client sends next into a new buffer of [`HEAD_CHUNK`] bytes, without holding
+/// a buffer while nothing has arrived: each poll takes one and releases it when the read is
+/// pending (no system call is made then: the socket is not yet readable). The bytes are read
+/// by the call that finds them, one system call per request as in Pingora's own read of a
+/// keep-alive connection, where a peek before the read would take two.
+fn read_when_ready(stream: &mut Stream) -> impl Future<Output = std::io::Result<BytesMut>> + '_ {
+    std::future::poll_fn(move |cx| {
+        let mut buf = BytesMut::with_capacity(HEAD_CHUNK);
+        let polled = std::pin::pin!(stream.read_buf(&mut buf)).poll(cx);
+        polled.map(|read| read.map(|_| buf))
+    })
+}
+
+/// Waits until `until` on `timer`, which a connection keeps for its life: the timer is moved
+/// only when it fires before `until` (a connection that was busy for longer than the idle time
+/// since the timer was set), so a keep-alive request neither registers nor cancels a timer of
+/// its own. `until` never moves back: each wait's idle time starts after the previous one's.
+async fn idle_for(mut timer: Pin<&mut Sleep>, until: Instant) {
+    loop {
+        timer.as_mut().await;
+        if timer.deadline() >= until {
+            return;
+        }
+        timer.as_mut().reset(until);
     }
 }
 
@@ -423,6 +463,52 @@ async fn refuse(mut stream: Stream, err: &ApiError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connected pair: the proxy's side as Pingora's stream, and the client's socket.
+    async fn connection() -> (Stream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let stream = pingora_core::protocols::l4::stream::Stream::from(accepted);
+        (Box::new(stream), client)
+    }
+
+    #[tokio::test]
+    async fn the_idle_timer_fires_only_once_the_latest_wait_has_lasted_its_whole_time() {
+        let now = Instant::now();
+        // Set for an earlier wait that has passed; this wait's end has passed too: moved, done.
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(now - Duration::from_secs(2)));
+        idle_for(timer.as_mut(), now - Duration::from_secs(1)).await;
+        assert_eq!(timer.deadline(), now - Duration::from_secs(1));
+        // This wait's end is still ahead: the timer is moved to it and the wait goes on.
+        let until = now + KEEPALIVE_IDLE;
+        let pending = std::future::poll_fn(|cx| {
+            let mut wait = std::pin::pin!(idle_for(timer.as_mut(), until));
+            std::task::Poll::Ready(wait.as_mut().poll(cx).is_pending())
+        });
+        assert!(pending.await);
+        assert_eq!(timer.deadline(), until);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_pending_until_its_next_request_which_one_read_takes_whole() {
+        let (mut stream, mut client) = connection().await;
+        let waiting = std::future::poll_fn(|cx| {
+            let mut read = std::pin::pin!(read_when_ready(&mut stream));
+            std::task::Poll::Ready(read.as_mut().poll(cx).is_pending())
+        });
+        assert!(waiting.await, "nothing was sent yet");
+        let request = b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
+        client.write_all(request).await.unwrap();
+        let received = read_when_ready(&mut stream).await.unwrap();
+        assert_eq!(&received[..], &request[..]);
+        assert!(received.capacity() >= HEAD_CHUNK);
+        drop(client);
+        let closed = read_when_ready(&mut stream).await.unwrap();
+        assert!(closed.is_empty(), "a closed client reads as nothing");
+    }
 
     fn check(text: &[u8]) -> Result<bool, u16> {
         match examine(text) {
