@@ -88,10 +88,6 @@ pub struct CongestionParams {
     pub low_z: f64,
     /// Smoothing of the log-latency mean and variance that measure the jitter (per answer).
     pub spread_alpha: f64,
-    /// Lower end of the range the measured jitter σ is kept in.
-    pub jitter_min: f64,
-    /// Upper end of the range the measured jitter σ is kept in.
-    pub jitter_max: f64,
     /// Queueing above the reference (as a fraction of it) the discount steers towards.
     pub target: f64,
     /// Discount added per answer per unit of excess above `target`.
@@ -134,8 +130,6 @@ impl CongestionParams {
         low_ratio_jitter: 0.25,
         low_z: 2.65,
         spread_alpha: 0.02,
-        jitter_min: 0.1,
-        jitter_max: 0.6,
         target: 0.08,
         gain: 0.3,
         relief: 4.0,
@@ -222,9 +216,11 @@ fn update(cell: &AtomicU64, f: impl Fn(Option<f64>) -> f64) -> f64 {
 }
 
 /// Level ÷ low envelope of a candidate that does not queue, for log-normal jitter `sigma`.
+/// Any σ gives a usable ratio: the reference is the lowest of the floor and the envelope times
+/// this, so a large σ cannot raise it, and a small one scales a steady candidate's envelope to
+/// its level.
 fn low_ratio(sigma: f64, p: &CongestionParams) -> f64 {
     let g = |s: f64| s * s / 2.0 + p.low_z * s;
-    let sigma = sigma.clamp(p.jitter_min, p.jitter_max);
     p.low_ratio * (g(sigma) - g(p.low_ratio_jitter)).exp()
 }
 

@@ -45,7 +45,7 @@ impl Default for WaitAgeParams {
     }
 }
 
-/// Largest mean waiting age taken at face value (one day); beyond it the reading is torn.
+/// Largest open age taken at face value (one day); beyond it the clock reading is not plausible.
 const MAX_AGE_US: u64 = 86_400_000_000;
 
 /// The proxy's routing clock: monotonic µs (`clock::monotonic_us`).
