@@ -41,41 +41,19 @@ mkdir -p "$OUT"
 
 log() { printf 'instructions: %s\n' "$*" >&2; }
 command -v valgrind >/dev/null || { log "valgrind is missing (apt-get install valgrind)"; exit 1; }
-if [ "$PROFILE" = prof ]; then
-  export CARGO_PROFILE_PROF_INHERITS=release CARGO_PROFILE_PROF_LTO=off \
-    CARGO_PROFILE_PROF_CODEGEN_UNITS=16 CARGO_PROFILE_PROF_DEBUG=1 CARGO_PROFILE_PROF_STRIP=false
-fi
+# shellcheck source=bench/proxies.sh
+. bench/proxies.sh
+[ "$PROFILE" != prof ] || export_prof_profile
 [ "${INSTR_BUILD:-1}" = 0 ] ||
   cargo build --quiet --profile "$PROFILE" --bin sturnus --example passthrough --example mock_provider
 
-PIDS=()
 cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-  done
+  stop_started
   [ "$OUT" = "$WORK" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  for _ in $(seq 300); do listening "$1" && return 0; sleep 0.1; done
-  log "nothing listens on port $1"
-  exit 1
-}
-requests() { # wrk output -> completed requests
-  sed -n 's/^BENCH_JSON {"requests":\([0-9]*\),.*/\1/p' "$1"
-}
-
-python3 bench/bench.py bodies "$WORK/bodies"
-"$BIN/examples/mock_provider" --port "$MOCK_PORT" --chunks 20 >"$WORK/mock.log" 2>&1 &
-PIDS+=($!)
-wait_port "$MOCK_PORT"
-sed -e "s#@LISTEN@#127.0.0.1:$PROXY_PORT#g" -e "s#@UPSTREAM@#127.0.0.1:$MOCK_PORT#g" \
-  "${INSTR_CONFIG:-bench/sturnus.toml}" >"$WORK/sturnus.toml"
+start_mock "${INSTR_CONFIG:-bench/sturnus.toml}"
 
 for t in $TARGETS; do
   case $t in
@@ -104,7 +82,5 @@ for t in $TARGETS; do
   printf '%s body=%s config=%s requests=%s instructions=%s per_request=%s dump=%s\n' "$t" "$BODY" \
     "$(basename "${INSTR_CONFIG:-bench/sturnus.toml}")" "$n" "$ir" \
     "$(awk -v i="$ir" -v n="$n" 'BEGIN { printf "%.0f", i / n }')" "$dump"
-  kill -INT "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
+  stop_proxy "$pid"
 done

@@ -33,41 +33,19 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/sturnus-syscalls.XXXXXX")
 
 log() { printf 'syscalls: %s\n' "$*" >&2; }
 command -v strace >/dev/null || { log "strace is missing (apt-get install strace)"; exit 1; }
-if [ "$PROFILE" = prof ]; then
-  export CARGO_PROFILE_PROF_INHERITS=release CARGO_PROFILE_PROF_LTO=off \
-    CARGO_PROFILE_PROF_CODEGEN_UNITS=16 CARGO_PROFILE_PROF_DEBUG=1 CARGO_PROFILE_PROF_STRIP=false
-fi
+# shellcheck source=bench/proxies.sh
+. bench/proxies.sh
+[ "$PROFILE" != prof ] || export_prof_profile
 [ "${SYSCALLS_BUILD:-1}" = 0 ] ||
   cargo build --quiet --profile "$PROFILE" --bin sturnus --example passthrough --example mock_provider
 
-PIDS=()
 cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-  done
+  stop_started
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  for _ in $(seq 300); do listening "$1" && return 0; sleep 0.1; done
-  log "nothing listens on port $1"
-  exit 1
-}
-requests() { # wrk output -> completed requests
-  sed -n 's/^BENCH_JSON {"requests":\([0-9]*\),.*/\1/p' "$1"
-}
-
-python3 bench/bench.py bodies "$WORK/bodies"
-"$BIN/examples/mock_provider" --port "$MOCK_PORT" --chunks 20 >"$WORK/mock.log" 2>&1 &
-PIDS+=($!)
-wait_port "$MOCK_PORT"
-sed -e "s#@LISTEN@#127.0.0.1:$PROXY_PORT#g" -e "s#@UPSTREAM@#127.0.0.1:$MOCK_PORT#g" \
-  "${SYSCALLS_CONFIG:-bench/sturnus.toml}" >"$WORK/sturnus.toml"
+start_mock "${SYSCALLS_CONFIG:-bench/sturnus.toml}"
 
 for t in $TARGETS; do
   case $t in
@@ -98,7 +76,5 @@ for t in $TARGETS; do
       if (per >= 0.01) printf " %s=%.2f", name, per
     }' "$WORK/strace.$t"
   printf '\n'
-  kill -INT "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
+  stop_proxy "$pid"
 done
