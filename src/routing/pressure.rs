@@ -15,7 +15,7 @@
 //! Times are µs on any consistent clock: the monotonic clock in the proxy ([`now_us`]), so a
 //! wall-clock step (NTP, a resumed VM) can neither bench a candidate nor erase a back-off, and
 //! virtual time in the simulator. The waiting send times sit behind a lock taken once when a
-//! request is sent, once at its first chunk and once when it ends; a pick reads one atomic.
+//! request is sent and once when it stops waiting; a pick reads one atomic.
 
 use super::attempt::Mode;
 use serde::{Deserialize, Serialize};
@@ -129,22 +129,19 @@ impl Pressure {
         });
     }
 
-    /// The request of `mode` sent at `sent_us` got its first chunk: every request sent before
-    /// it that still waits has been overtaken.
-    pub(crate) fn answered(&self, mode: Mode, sent_us: u64) {
-        self.waiting[mode.slot()].update(|open| {
-            open.frontier = Some(open.frontier.map_or(sent_us, |f| f.max(sent_us)));
-        });
-    }
-
-    /// The request of `mode` sent at `sent_us` stopped waiting (answered or gave up).
-    pub(crate) fn end(&self, mode: Mode, sent_us: u64) {
+    /// The request of `mode` sent at `sent_us` stopped waiting: `answered` when its first chunk
+    /// came (every request sent before it that still waits has then been overtaken), not when
+    /// it gave up.
+    pub(crate) fn end(&self, mode: Mode, sent_us: u64, answered: bool) {
         let w = &self.waiting[mode.slot()];
         w.count.fetch_sub(1, Relaxed);
         w.update(|open| {
             let at = open.sent.partition_point(|&t| t < sent_us);
             if open.sent.get(at) == Some(&sent_us) {
                 open.sent.remove(at);
+            }
+            if answered {
+                open.frontier = Some(open.frontier.map_or(sent_us, |f| f.max(sent_us)));
             }
         });
     }
@@ -213,17 +210,16 @@ mod tests {
         assert_eq!(p.open_age_us(NS, 5_000), Some(4_000.0));
         assert_eq!(p.open_age_us(Mode::Streaming, 5_000), None);
         // The younger one answers: the older one is overtaken, a straggler, and counts no more.
-        p.answered(NS, 3_000);
-        p.end(NS, 3_000);
+        p.end(NS, 3_000, true);
         assert_eq!(p.open_age_us(NS, 5_000), None);
         assert!(p.active(), "the straggler still waits");
         // A request sent after the answered one is open again.
         p.start(NS, 6_000);
         assert_eq!(p.open_age_us(NS, 9_000), Some(3_000.0));
         // One that gives up without an answer overtakes nothing.
-        p.end(NS, 6_000);
+        p.end(NS, 6_000, false);
         assert_eq!(p.open_age_us(NS, 9_000), None);
-        p.end(NS, 1_000);
+        p.end(NS, 1_000, false);
         assert!(!p.active());
     }
 
@@ -234,8 +230,7 @@ mod tests {
             p.start(NS, sent);
         }
         assert_eq!(p.open_age_us(NS, 10_000), Some(8_000.0));
-        p.answered(NS, 2_000);
-        p.end(NS, 2_000);
+        p.end(NS, 2_000, true);
         assert_eq!(p.open_age_us(NS, 10_000), Some(5_000.0));
         // A clock read before the oldest send gives no age rather than a negative one.
         assert_eq!(p.open_age_us(NS, 4_000), Some(0.0));

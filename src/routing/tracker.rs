@@ -353,6 +353,7 @@ impl CandidateStats {
             mode,
             sent_us,
             inflight_at_send: self.inflight().saturating_sub(1),
+            answered: false,
         }
     }
 
@@ -586,6 +587,8 @@ pub struct WaitGuard {
     mode: Mode,
     sent_us: u64,
     inflight_at_send: u64,
+    /// Set by [`WaitGuard::first_chunk`]: the request stops waiting with an answer.
+    answered: bool,
 }
 
 impl WaitGuard {
@@ -596,8 +599,8 @@ impl WaitGuard {
 
     /// The first chunk came `latency_us` after sending: the request stops waiting, and what
     /// it measured is kept for its outcome ([`CandidateStats::record_answer`]).
-    pub fn first_chunk(self, latency_us: f64) -> Answer {
-        self.stats.pressure.answered(self.mode, self.sent_us);
+    pub fn first_chunk(mut self, latency_us: f64) -> Answer {
+        self.answered = true;
         Answer {
             mode: self.mode,
             sent_us: self.sent_us,
@@ -623,7 +626,9 @@ pub struct Answer {
 
 impl Drop for WaitGuard {
     fn drop(&mut self) {
-        self.stats.pressure.end(self.mode, self.sent_us);
+        self.stats
+            .pressure
+            .end(self.mode, self.sent_us, self.answered);
     }
 }
 
