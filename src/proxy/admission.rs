@@ -126,9 +126,9 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     let follow_up = responses
         .then(|| held_object::follow_up(&inspected, &received))
         .flatten();
-    let (index, reason, conversation) = match &follow_up {
+    let (index, reason, conversation, probe) = match &follow_up {
         Some(held) => match alias.holder_position(&held.holder) {
-            Some(index) => (index, RouteReason::HeldObject, None),
+            Some(index) => (index, RouteReason::HeldObject, None, false),
             None => {
                 let err = ApiError::previous_response_elsewhere(&held.id, &alias.name);
                 respond::error(session, &ctx.request_id, &err, true).await?;
@@ -151,7 +151,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
                 (false, Some(_)) => RouteReason::PrefixAffinity,
                 (false, None) => RouteReason::Pick,
             };
-            (choice.index, reason, conversation)
+            (choice.index, reason, conversation, choice.probe)
         }
     };
     let candidate = &alias.candidates[index];
@@ -176,6 +176,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
             reason,
             holder: responses.then_some(candidate.holder),
             keyed_hits: keyed.then(|| std::sync::Arc::clone(&alias.keyed_hits)),
+            probe,
         },
         path_and_query,
         spliced_len,

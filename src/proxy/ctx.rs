@@ -36,6 +36,9 @@ pub struct Route {
     pub metrics: Tracked,
     /// Why the candidate was chosen (logged as `route`, counted in `sturnus_routes_total`).
     pub reason: RouteReason,
+    /// The pick sent it at the probe floor ([`crate::routing::Choice::probe`]): its answer
+    /// never adds to the candidate's congestion discount.
+    pub probe: bool,
     /// For a Responses API answer: the candidate's holder tag, which the response ids in the
     /// answer get ([`crate::body::id_splice`]).
     pub holder: Option<HolderTag>,

@@ -113,6 +113,8 @@ pub(super) struct Why {
     pub holder: Option<HolderTag>,
     /// For a request routed by its conversation key, its alias's keyed hit rate.
     pub keyed_hits: Option<Arc<KeyedHits>>,
+    /// The pick sent it at the probe floor ([`crate::routing::Choice::probe`]).
+    pub probe: bool,
 }
 
 /// The route of a request to candidate `index` of `alias`, counted in the metrics.
@@ -143,6 +145,7 @@ pub(super) fn route(
         body_len,
         reason: why.reason,
         holder: why.holder,
+        probe: why.probe,
     }
 }
 
@@ -221,6 +224,7 @@ pub async fn admit_object(
         reason: RouteReason::HeldObject,
         holder: action.answers_a_response().then_some(candidate.holder),
         keyed_hits: None,
+        probe: false,
     };
     ctx.route = Some(route(
         app,

@@ -38,7 +38,12 @@ pub fn request_sent(ctx: &mut RequestCtx, connecting: Duration) {
     ctx.sent_at = Some(now);
     ctx.overhead.leaving(now, connecting);
     if let Some(route) = &ctx.route {
-        ctx.wait = Some(route.candidate.stats.begin_wait(route.mode, now_us()));
+        ctx.wait = Some(
+            route
+                .candidate
+                .stats
+                .begin_wait(route.mode, now_us(), route.probe),
+        );
     }
 }
 

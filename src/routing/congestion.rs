@@ -32,9 +32,12 @@
 //!   without them);
 //! - a **discount** `d`: with excess = level ÷ reference − 1, each answer adds `gain` ×
 //!   (excess − `target`) when the excess is above the target, or takes off `relief` ×
-//!   (target − excess) when below; `d` stays in `[0, max_discount]`. An excess above
-//!   `slower` (twice the reference) leaves `d` alone: that is a provider that became slower
-//!   (the latency ranking deals with it), not a queue our shares should settle against.
+//!   (target − excess) when below; `d` stays in `[0, max_discount]`. An answer to a request
+//!   the pick sent at the probe floor never adds to `d` (it may take off): the candidate's
+//!   score already gives it no more than the floor, so a lower share cannot shorten any queue
+//!   there, and growing `d` would only leave a debt to repay once the candidate is fast again.
+//!   A provider that became much slower loses its traffic to the latency ranking within a few
+//!   answers, its answers become probes, and `d` stops where it was.
 //!
 //! [`CongestionParams`] holds every constant named here. The selector multiplies the
 //! candidate's weight by `e^-d`. The discount moves a little per answer, so shares drift towards the point where the loaded candidates queue about
@@ -105,8 +108,6 @@ pub struct CongestionParams {
     /// Largest discount (weight × e^-8 ≈ 0.03%; a candidate 1.75× faster has e^(6 ln 1.75) ≈ 29×
     /// the weight, so the discount must reach well past 3.4 to hand its traffic over).
     pub max_discount: f64,
-    /// Excess above which a candidate counts as slower rather than queued: `d` is left alone.
-    pub slower: f64,
     /// The time one answer's step stands for: `gain` and `relief` are per second of answers,
     /// so the discount moves as fast at an edge proxy with hundreds of answers a second as at a
     /// sidecar with one (each step is scaled by the time since the candidate's previous answer).
@@ -137,7 +138,6 @@ impl CongestionParams {
         unqueued_min: 3,
         unqueued_margin: 0.1,
         max_discount: 8.0,
-        slower: 1.0,
         period_us: 1_000_000,
         max_periods: 5.0,
     };
@@ -230,14 +230,17 @@ fn ewma(old: Option<f64>, sample: f64, alpha: f64) -> f64 {
 
 impl Congestion {
     /// Folds in one successful answer of `mode` that took `x` µs: `unqueued` when its request
-    /// was sent in the candidate's lull; `at_us` is when it came (the routing clock), which
+    /// was sent in the candidate's lull, `probe` when the pick sent it at the probe floor (it
+    /// never adds to the discount); `at_us` is when it came (the routing clock), which
     /// scales the discount's step by the time since the previous answer (see `period_us`);
     /// `None` takes one `period_us` per answer.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn answer(
         &self,
         mode: Mode,
         x: f64,
         unqueued: bool,
+        probe: bool,
         alpha: f64,
         at_us: Option<u64>,
         p: &CongestionParams,
@@ -300,10 +303,12 @@ impl Congestion {
         } else {
             0.0
         };
-        let step = if excess > p.slower {
-            0.0
-        } else if excess > p.target {
-            p.gain * (excess - p.target)
+        let step = if excess > p.target {
+            if probe {
+                0.0
+            } else {
+                p.gain * (excess - p.target)
+            }
         } else {
             -p.relief * (p.target - excess)
         };
@@ -347,7 +352,7 @@ mod tests {
     const P: CongestionParams = CongestionParams::DEFAULT;
 
     fn answer(c: &Congestion, micros: f64) {
-        c.answer(NS, micros, false, 0.4, None, &P);
+        c.answer(NS, micros, false, false, 0.4, None, &P);
     }
 
     #[test]
@@ -383,12 +388,31 @@ mod tests {
             answer(&c, 200_000.0);
         }
         assert!(c.discount(NS) < 0.5, "{}", c.discount(NS));
-        // Ten times slower is a slower provider, not a queue: no discount builds up.
-        let d = c.discount(NS);
+    }
+
+    #[test]
+    fn a_probe_answer_never_adds_to_the_discount_and_may_take_off() {
+        let probe = |c: &Congestion, micros: f64| c.answer(NS, micros, false, true, 0.4, None, &P);
+        let c = Congestion::default();
+        for _ in 0..50 {
+            answer(&c, 200_000.0);
+        }
+        // Ten times slower, answering only probes: nothing our share could shorten.
+        for _ in 0..50 {
+            probe(&c, 2_000_000.0);
+        }
+        assert_eq!(c.discount(NS), 0.0);
+        // The same answers to requests the score sent build it.
         for _ in 0..50 {
             answer(&c, 2_000_000.0);
         }
-        assert!(c.discount(NS) <= d + 0.5, "{}", c.discount(NS));
+        let built = c.discount(NS);
+        assert!(built > 3.0, "{built}");
+        // A probe that finds the candidate fast again takes some off.
+        for _ in 0..40 {
+            probe(&c, 200_000.0);
+        }
+        assert!(c.discount(NS) < built, "{} {built}", c.discount(NS));
     }
 
     /// `n` answers log-normal around `median` µs with σ = 0.25 (the simulator's jitter).
@@ -495,7 +519,7 @@ mod tests {
     }
 
     fn lull_answer(c: &Congestion, micros: f64) {
-        c.answer(NS, micros, true, 0.4, None, &P);
+        c.answer(NS, micros, true, false, 0.4, None, &P);
     }
 
     #[test]
@@ -587,7 +611,7 @@ mod tests {
             for i in 1..=(30 * per_second) {
                 let queued = i > 10 * per_second;
                 let x = if queued { 260_000.0 } else { 200_000.0 };
-                c.answer(NS, x, false, 0.4, Some(i * step), &P);
+                c.answer(NS, x, false, false, 0.4, Some(i * step), &P);
             }
             c.discount(NS)
         };
@@ -604,8 +628,8 @@ mod tests {
     #[test]
     fn invalid_samples_are_ignored() {
         let c = Congestion::default();
-        c.answer(NS, f64::NAN, false, 0.4, None, &P);
-        c.answer(NS, -1.0, false, 0.4, None, &P);
+        c.answer(NS, f64::NAN, false, false, 0.4, None, &P);
+        c.answer(NS, -1.0, false, false, 0.4, None, &P);
         assert_eq!(load(&c.floor[NS.slot()]), None);
         answer(&c, 200_000.0);
         answer(&c, 200_000.0);

@@ -24,13 +24,18 @@ use super::tracker::{CandidateStats, Snapshot};
 /// Candidate count up to which [`choose`] works entirely on the stack.
 pub const INLINE_CANDIDATES: usize = 16;
 
-/// Result of [`choose`]: which candidate (config order) and whether a pin decided it.
+/// Result of [`choose`]: which candidate (config order), whether a pin decided it, and
+/// whether the draw sent it a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Choice {
     /// Index into the alias's candidate list.
     pub index: usize,
     /// True when the session-affinity pin was honoured.
     pub pinned_honoured: bool,
+    /// True when the candidate was drawn at the probe floor: its score alone would send it
+    /// less, so its answer cannot show a queue that our share could still shrink (the
+    /// congestion discount does not grow on it, [`super::congestion`]).
+    pub probe: bool,
 }
 
 /// One candidate as [`score`] sees it: the only input of the weights, the shares, the weighted
@@ -527,24 +532,26 @@ fn choose_with_clock<C: AsRef<CandidateStats>>(
                 return Some(Choice {
                     index: i,
                     pinned_honoured: true,
+                    probe: false,
                 });
             }
         }
     }
-    let index = match cands.len() {
+    let (index, probe) = match cands.len() {
         0 => return None,
-        1 => 0,
+        1 => (0, false),
         _ => weighted_pick(cands, mode, params, clock, keyed, rng),
     };
     Some(Choice {
         index,
         pinned_honoured: false,
+        probe,
     })
 }
 
 /// Scores the live statistics and draws: the same scoring path as [`shares`], on the stack up
 /// to [`INLINE_CANDIDATES`]. The draw is random, or with a key its rendezvous pick over the
-/// same shares.
+/// same shares. Returns the index and whether it was drawn at the probe floor.
 fn weighted_pick<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
@@ -552,7 +559,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     clock: &mut impl FnMut() -> u64,
     keyed: Option<Keyed<'_>>,
     rng: &mut impl RngSource,
-) -> usize {
+) -> (usize, bool) {
     // Conversations keep their candidate through lulls: moving one costs its cache.
     let lulled = match keyed {
         None => super::lull::lulled(clock(), cands.len(), &params.rule.lull),
@@ -597,7 +604,9 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
             );
             super::rendezvous::pick_by(k.key, candidates)
         });
-        rendezvous.unwrap_or_else(|| draw(shares, rng.next_f64()))
+        let index = rendezvous.unwrap_or_else(|| draw(shares, rng.next_f64()));
+        let probe = matches!(stakes.get(index), Some(Stake::Floored));
+        (index, probe)
     })
 }
 
@@ -953,6 +962,30 @@ mod tests {
     }
 
     #[test]
+    fn a_draw_at_the_probe_floor_is_marked_a_probe() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(3);
+        // The slow candidate's score gives it far less than the floor: it gets only probes.
+        let cands = vec![stats(Some(100.0), 0), stats(Some(10_000.0), 0)];
+        let (mut probes, mut picks) = (0, 0);
+        for _ in 0..5_000 {
+            let c = choose(&cands, Mode::NonStreaming, None, &p, &mut rng).unwrap();
+            assert_eq!(c.probe, c.index == 1, "{c:?}");
+            probes += usize::from(c.probe);
+            picks += 1;
+        }
+        let share = probes as f64 / picks as f64;
+        assert!((share - p.probe_floor).abs() < 0.01, "{share}");
+        // Two close candidates both keep more than the floor: no probes.
+        let close = vec![stats(Some(100.0), 0), stats(Some(110.0), 0)];
+        assert!((0..1_000).all(|_| {
+            !choose(&close, Mode::NonStreaming, None, &p, &mut rng)
+                .unwrap()
+                .probe
+        }));
+    }
+
+    #[test]
     fn pin_honoured_when_healthy_ignored_when_failing() {
         let p = RoutingParams::default();
         let mut rng = SplitMix64::new(1);
@@ -963,7 +996,8 @@ mod tests {
             c,
             Some(Choice {
                 index: 1,
-                pinned_honoured: true
+                pinned_honoured: true,
+                probe: false,
             })
         );
         // 2 failures at alpha 0.3: success 0.49 -> error 0.51 > 0.5: pin ignored.
@@ -1432,7 +1466,7 @@ mod tests {
         assert!(after[0] > 0.9, "{after:?}");
         // A request to it that has waited 1 000 µs (estimate 2 000) sends traffic away: it
         // keeps the probe floor.
-        let _wait = cands[0].begin_wait(Mode::NonStreaming, 1_000);
+        let _wait = cands[0].begin_wait(Mode::NonStreaming, 1_000, false);
         let waiting = shares_for_at(&cands, Mode::NonStreaming, &p, 2_000);
         assert!(waiting[0] <= p.probe_floor + 1e-12, "{waiting:?}");
         let hits = (0..1000)

@@ -279,6 +279,7 @@ impl CandidateStats {
                 answer.mode,
                 answer.latency_us,
                 in_lull,
+                answer.probe,
                 sane_alpha(params.ewma_alpha),
                 Some(at_us),
                 &params.rule.congestion,
@@ -345,14 +346,16 @@ impl CandidateStats {
     /// it sends the request, the clock [`super::choose`] reads.
     ///
     /// Call it once the request counts as in flight ([`CandidateStats::begin_owned`]): the
-    /// guard remembers how many *other* requests of ours were in flight then.
-    pub fn begin_wait(self: &Arc<Self>, mode: Mode, sent_us: u64) -> WaitGuard {
+    /// guard remembers how many *other* requests of ours were in flight then, and `probe`,
+    /// whether the pick sent it at the probe floor ([`super::Choice::probe`]).
+    pub fn begin_wait(self: &Arc<Self>, mode: Mode, sent_us: u64, probe: bool) -> WaitGuard {
         self.pressure.start(mode, sent_us);
         WaitGuard {
             stats: Arc::clone(self),
             mode,
             sent_us,
             inflight_at_send: self.inflight().saturating_sub(1),
+            probe,
             answered: false,
         }
     }
@@ -587,6 +590,8 @@ pub struct WaitGuard {
     mode: Mode,
     sent_us: u64,
     inflight_at_send: u64,
+    /// The pick sent it at the probe floor ([`super::Choice::probe`]).
+    probe: bool,
     /// Set by [`WaitGuard::first_chunk`]: the request stops waiting with an answer.
     answered: bool,
 }
@@ -606,6 +611,7 @@ impl WaitGuard {
             sent_us: self.sent_us,
             latency_us,
             inflight_at_send: self.inflight_at_send,
+            probe: self.probe,
         }
     }
 }
@@ -622,6 +628,8 @@ pub struct Answer {
     pub latency_us: f64,
     /// Other requests of ours in flight at the candidate when it was sent.
     pub inflight_at_send: u64,
+    /// It was sent at the probe floor ([`super::Choice::probe`]).
+    pub probe: bool,
 }
 
 impl Drop for WaitGuard {
@@ -929,8 +937,8 @@ mod tests {
         let _inflight = s.begin_owned();
         assert!(!s.needs_time());
         {
-            let a = s.begin_wait(Mode::NonStreaming, 100);
-            let b = s.begin_wait(Mode::NonStreaming, 300);
+            let a = s.begin_wait(Mode::NonStreaming, 100, false);
+            let b = s.begin_wait(Mode::NonStreaming, 300, false);
             assert_eq!(a.sent_us(), 100);
             assert!(s.needs_time());
             assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), Some(400.0));
@@ -991,7 +999,10 @@ mod tests {
             let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
             let slow = if i >= step_at { 10.0 } else { 1.0 };
             let latency = (slow * 100_000.0 * (sigma * z).exp()).round() as u64;
-            waiting.push((now + latency.max(1), s.begin_wait(Mode::NonStreaming, now)));
+            waiting.push((
+                now + latency.max(1),
+                s.begin_wait(Mode::NonStreaming, now, false),
+            ));
         }
         let mean = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
             v.iter().map(f).sum::<f64>() / v.len() as f64
@@ -1058,7 +1069,7 @@ mod tests {
             let mut open = Vec::new();
             for n in 0..8u64 {
                 let guard = stats.begin_owned();
-                let wait = stats.begin_wait(mode, round_start + n);
+                let wait = stats.begin_wait(mode, round_start + n, false);
                 open.push((guard, wait, n));
             }
             // First chunks in send order: latency 100 ms + 20 ms per other request in flight.

@@ -28,8 +28,9 @@ pub struct Variant {
     pub label: &'static str,
     /// Routing parameters.
     pub params: RoutingParams,
-    /// Sent requests are tracked until their first chunk ([`CandidateStats::begin_wait`]),
-    /// so the age of those still waiting counts towards latency.
+    /// The age of requests still waiting for their first chunk counts towards latency
+    /// ([`CandidateStats::begin_wait`]). Off, a variant with the congestion discount still
+    /// tracks them (each is the handle its answer is measured with) and charges no age.
     pub wait_age: bool,
     /// A `Retry-After` backs the candidate off ([`CandidateStats::back_off_until`]).
     pub retry_after: bool,
@@ -132,6 +133,8 @@ pub struct Sturnus {
     keyed_hits: routing::KeyedHits,
     /// Whether the last pick was keyed, until the attempt it chose is started.
     picked_keyed: bool,
+    /// Whether the latest pick was a probe ([`routing::Choice::probe`]), for its request.
+    picked_probe: bool,
     /// Per candidate, the send times of its keyed attempts still outstanding.
     keyed_sent: Vec<Vec<Micros>>,
     variant: Variant,
@@ -141,6 +144,11 @@ impl Sturnus {
     /// Fresh (all cold) candidates routed as `variant` says.
     pub fn new(n: usize, variant: Variant) -> Self {
         let n = n.max(1);
+        let mut variant = variant;
+        if !variant.wait_age {
+            // No waiting age exceeds the latency by an infinite slack.
+            variant.params.rule.wait_age.slack = f64::INFINITY;
+        }
         Self {
             stats: (0..n)
                 .map(|_| {
@@ -159,6 +167,7 @@ impl Sturnus {
             smoothed: (0..n).map(|_| Default::default()).collect(),
             keyed_hits: routing::KeyedHits::default(),
             picked_keyed: false,
+            picked_probe: false,
             keyed_sent: (0..n).map(|_| Vec::new()).collect(),
             variant,
         }
@@ -196,8 +205,9 @@ impl Strategy for Sturnus {
             });
         self.picked_keyed = keyed.is_some();
         let params = &self.variant.params;
-        routing::choose_keyed_at(&self.stats, MODE, None, keyed, params, now, rng)
-            .map_or(0, |c| c.index)
+        let choice = routing::choose_keyed_at(&self.stats, MODE, None, keyed, params, now, rng);
+        self.picked_probe = choice.is_some_and(|c| c.probe);
+        choice.map_or(0, |c| c.index)
     }
 
     fn started(&mut self, p: usize, now: Micros) {
@@ -206,8 +216,9 @@ impl Strategy for Sturnus {
         if std::mem::take(&mut self.picked_keyed) {
             self.keyed_sent[p].push(now);
         }
-        if self.variant.wait_age {
-            self.waiting[p].push(stats.begin_wait(MODE, now));
+        if self.variant.wait_age || self.variant.congestion {
+            let probe = std::mem::take(&mut self.picked_probe);
+            self.waiting[p].push(stats.begin_wait(MODE, now, probe));
         }
     }
 
