@@ -797,6 +797,29 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_carries_its_mark_from_send_to_answer_and_builds_no_discount() {
+        let params = RoutingParams::default();
+        let mode = Mode::NonStreaming;
+        let (probed, picked) = (
+            Arc::new(CandidateStats::new()),
+            Arc::new(CandidateStats::new()),
+        );
+        // The same answers, 50 at 200 ms then 50 ten times slower, one second apart: sent as
+        // probes to one candidate, as the score's picks to the other.
+        for i in 0..100u64 {
+            let latency = if i < 50 { 200_000.0 } else { 2_000_000.0 };
+            let at = (i + 1) * 1_000_000;
+            for (stats, probe) in [(&probed, true), (&picked, false)] {
+                let answer = stats.begin_wait(mode, at, probe).first_chunk(latency);
+                assert_eq!(answer.probe, probe);
+                stats.record_answer(&answer, false, &params, at + latency as u64);
+            }
+        }
+        assert_eq!(probed.congestion_discount(mode), 0.0);
+        assert!(picked.congestion_discount(mode) > 3.0);
+    }
+
+    #[test]
     fn invalid_latency_samples_ignored() {
         let s = CandidateStats::new();
         s.record_latency(Mode::NonStreaming, f64::NAN, 0.3);
