@@ -408,13 +408,15 @@ async fn concurrent_streams_whose_outcomes_come_late_each_feed_their_own_load_sa
         let status = proxy.status().await;
         let streaming = &status["aliases"][0]["candidates"][0]["streaming"];
         slope = streaming["load_ms_per_request"].as_f64().unwrap();
-        if (8.0..25.0).contains(&slope) {
+        if (5.0..25.0).contains(&slope) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Loose below: on a loaded machine timer delays that have nothing to do with the load
+    // dilute the fitted slope, but pairing outcomes with the wrong request would leave ~0.
     assert!(
-        (8.0..25.0).contains(&slope),
+        (5.0..25.0).contains(&slope),
         "load slope {slope} ms per request, the provider adds 15"
     );
 }
