@@ -56,22 +56,15 @@ trap cleanup EXIT
 start_mock "${INSTR_CONFIG:-bench/sturnus.toml}"
 
 for t in $TARGETS; do
-  case $t in
-    sturnus) cmd=("${INSTR_STURNUS:-$BIN/sturnus}" --config "$WORK/sturnus.toml") ;;
-    passthrough) cmd=("$BIN/examples/passthrough" --listen "127.0.0.1:$PROXY_PORT" --upstream "127.0.0.1:$MOCK_PORT") ;;
-    *) log "unknown target $t"; exit 1 ;;
-  esac
+  proxy_command "$t" "${INSTR_STURNUS:-$BIN/sturnus}"
   valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$t.%p" "${cmd[@]}" \
     >"$WORK/$t.log" 2>&1 &
   pid=$!
   PIDS+=($pid)
   wait_port "$PROXY_PORT"
-  url="http://127.0.0.1:$PROXY_PORT/v1/chat/completions"
-  BENCH_BODY="$WORK/bodies/$BODY.json" wrk -t1 -c"$CONNS" -d"${WARM}s" --timeout 30s \
-    -s bench/wrk.lua "$url" >"$WORK/wrk.warm" 2>&1
+  load "$WARM" "$WORK/wrk.warm"
   callgrind_control -z "$pid" >/dev/null
-  BENCH_BODY="$WORK/bodies/$BODY.json" wrk -t1 -c"$CONNS" -d"${SECS}s" --timeout 30s \
-    -s bench/wrk.lua "$url" >"$WORK/wrk.out" 2>&1
+  load "$SECS" "$WORK/wrk.out"
   callgrind_control -d "$pid" >/dev/null
   sleep 1
   n=$(requests "$WORK/wrk.out")

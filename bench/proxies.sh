@@ -1,7 +1,7 @@
 # Shared by bench/instructions.sh and bench/syscalls.sh (sourced, not run): the `prof` build
 # profile, starting the mock provider with sturnus's config, waiting for ports, counting wrk's
 # requests and stopping what was started. The sourcing script sets ROOT, WORK, BIN, MOCK_PORT,
-# PROXY_PORT and defines `log`.
+# PROXY_PORT, BODY, CONNS and defines `log`.
 
 # Exports the `prof` profile: release without LTO, with debug info, so profilers name functions.
 export_prof_profile() {
@@ -34,6 +34,23 @@ wait_port() {
   for _ in $(seq 300); do listening "$1" && return 0; sleep 0.1; done
   log "nothing listens on port $1"
   exit 1
+}
+
+# Sets the array `cmd` to the command line of proxy target $1 (`sturnus`, run as binary $2, or
+# `passthrough`), listening on PROXY_PORT in front of the mock provider.
+proxy_command() {
+  case $1 in
+    sturnus) cmd=("$2" --config "$WORK/sturnus.toml") ;;
+    passthrough) cmd=("$BIN/examples/passthrough" --listen "127.0.0.1:$PROXY_PORT" --upstream "127.0.0.1:$MOCK_PORT") ;;
+    *) log "unknown target $1"; exit 1 ;;
+  esac
+}
+
+# Runs wrk for $1 seconds over CONNS connections with the request body BODY against the proxy,
+# its output in $2.
+load() {
+  BENCH_BODY="$WORK/bodies/$BODY.json" wrk -t1 -c"$CONNS" -d"$1s" --timeout 30s \
+    -s bench/wrk.lua "http://127.0.0.1:$PROXY_PORT/v1/chat/completions" >"$2" 2>&1
 }
 
 # wrk output file -> completed requests.
