@@ -20,6 +20,7 @@ pub mod chart;
 pub mod clock;
 pub mod conversations;
 pub mod engine;
+pub mod exact;
 pub mod family;
 pub mod family_report;
 pub mod metrics;

@@ -9,6 +9,7 @@
 
 use super::clock::Micros;
 use super::conversations::ConversationSpec;
+use super::exact::ExactShares;
 use super::peers::LoadAware;
 use super::provider::ProviderSpec;
 use super::queueing::{optimal_split, SplitProvider};
@@ -227,6 +228,8 @@ pub enum Contender {
     Sturnus(Variant),
     /// Knows the true expected cost of every provider.
     Oracle,
+    /// The rule's shares over the true expected costs ([`super::exact`]).
+    ExactShares,
     /// Cycles through providers.
     RoundRobin,
     /// Uniform random choice.
@@ -247,6 +250,7 @@ impl Contender {
         match self {
             Contender::Sturnus(v) => v.label,
             Contender::Oracle => "oracle",
+            Contender::ExactShares => "exact latency, k 6",
             Contender::RoundRobin => "round-robin",
             Contender::Random => "random",
             Contender::LowestAverage => "lowest-avg-10",
@@ -269,6 +273,7 @@ impl Contender {
                     Some(splits) => Oracle::split(splits.clone()),
                     None => Oracle::greedy(),
                 }),
+                Contender::ExactShares => Box::new(ExactShares::new(n)),
                 Contender::RoundRobin => Box::new(RoundRobin::new(n)),
                 Contender::Random => Box::new(Uniform::new(n)),
                 Contender::LowestAverage => Box::new(LowestAverage::new(n)),
@@ -344,13 +349,14 @@ pub fn contenders_for(current: Variant, scenario: &Scenario) -> Vec<Contender> {
     all
 }
 
-/// The contenders every scenario runs: sturnus (as `current` says), sturnus as seeded, the
-/// oracle, then the baselines.
+/// The contenders every scenario runs: sturnus (as `current` says), the latency-only rule,
+/// the oracle, the rule's shares at exact latencies, then the baselines.
 pub fn contenders(current: Variant) -> Vec<Contender> {
     vec![
         Contender::Sturnus(current),
         Contender::Sturnus(Variant::latency_only()),
         Contender::Oracle,
+        Contender::ExactShares,
         Contender::RoundRobin,
         Contender::Random,
         Contender::LowestAverage,

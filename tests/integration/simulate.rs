@@ -279,10 +279,11 @@ fn markdown_by_default_and_bad_scenario_is_an_error() {
 const QUICK_FAMILY: &str = "30";
 
 /// The contenders every family instance runs, in report order.
-const FAMILY_STRATEGIES: [&str; 9] = [
+const FAMILY_STRATEGIES: [&str; 10] = [
     "sturnus",
     "latency only, k 3",
     "oracle",
+    "exact latency, k 6",
     "round-robin",
     "random",
     "lowest-avg-10",
