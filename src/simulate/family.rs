@@ -65,6 +65,20 @@ pub enum Capacity {
     Mixed,
 }
 
+impl Capacity {
+    /// Every kind, in report order.
+    pub const ALL: [Capacity; 3] = [Capacity::Hosted, Capacity::Limited, Capacity::Mixed];
+
+    /// Its name in reports (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            Capacity::Hosted => "hosted",
+            Capacity::Limited => "limited",
+            Capacity::Mixed => "mixed",
+        }
+    }
+}
+
 /// The run length and load of every instance.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FamilySize {

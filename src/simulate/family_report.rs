@@ -8,7 +8,7 @@
 //! fast is not being fast.
 
 use super::engine;
-use super::family::{Draw, Instance};
+use super::family::{Capacity, Draw, Instance};
 use super::metrics;
 use super::report::{self, ScenarioReport, SUBJECT};
 use super::scenario::{self, Size};
@@ -67,6 +67,20 @@ pub struct StrategySummary {
     pub worst_vs_best_peer: f64,
     /// The instance where that ratio was largest.
     pub worst_vs_best_peer_instance: String,
+    /// The median again over the instances of each kind of provider: what the load signals
+    /// do where providers queue, apart from what estimating costs where they do not.
+    pub by_capacity: Vec<KindMedian>,
+}
+
+/// A strategy's median over the instances of one kind of provider.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindMedian {
+    /// hosted, limited or mixed.
+    pub capacity: &'static str,
+    /// How many instances drew it.
+    pub instances: usize,
+    /// Median over them of mean latency over the oracle's.
+    pub median_vs_oracle: f64,
 }
 
 /// The family's verdict on one target.
@@ -204,6 +218,22 @@ pub fn summarise(
                     Some((i.name.as_str(), e))
                 })
                 .collect();
+            let by_capacity = Capacity::ALL
+                .iter()
+                .map(|&kind| {
+                    let ratios: Vec<f64> = instances
+                        .iter()
+                        .filter(|i| i.draw.capacity == kind)
+                        .filter_map(|i| i.entries.iter().find(|e| &e.strategy == label))
+                        .map(|e| e.vs_oracle)
+                        .collect();
+                    KindMedian {
+                        capacity: kind.name(),
+                        instances: ratios.len(),
+                        median_vs_oracle: median(ratios),
+                    }
+                })
+                .collect();
             let worst = mine
                 .iter()
                 .max_by(|a, b| a.1.vs_oracle.total_cmp(&b.1.vs_oracle));
@@ -223,6 +253,7 @@ pub fn summarise(
                 worst_vs_best_peer: worst_peer.map_or(0.0, |w| vs_peer(w.1)),
                 worst_vs_best_peer_instance: worst_peer
                     .map_or_else(String::new, |w| w.0.to_string()),
+                by_capacity,
             }
         })
         .collect();
@@ -292,6 +323,21 @@ pub fn markdown(r: &FamilyReport) -> String {
             st.worst_vs_best_peer,
             st.worst_vs_best_peer_instance
         );
+    }
+    if let Some(first) = r.strategies.first() {
+        let kinds = &first.by_capacity;
+        let _ = write!(s, "\nMedian x oracle by kind of provider:\n\n| strategy |");
+        for k in kinds {
+            let _ = write!(s, " {} ({}) |", k.capacity, k.instances);
+        }
+        let _ = writeln!(s, "\n|---|{}", "---:|".repeat(kinds.len()));
+        for st in &r.strategies {
+            let _ = write!(s, "| {} |", st.strategy);
+            for k in &st.by_capacity {
+                let _ = write!(s, " {:.3} |", k.median_vs_oracle);
+            }
+            let _ = writeln!(s);
+        }
     }
     let _ = writeln!(s, "\nTargets (sturnus):\n");
     for t in &r.targets {
@@ -403,5 +449,41 @@ mod tests {
         assert_eq!((st.strategy.as_str(), st.losses), ("sturnus", 1));
         assert!(!fam.all_pass());
         assert!(markdown(&fam).contains("MISSED"));
+    }
+
+    #[test]
+    fn medians_are_also_given_per_kind_of_provider() {
+        let inst = instances(1, 1, FamilySize::QUICK).unwrap_or_default();
+        let result = |capacity: Capacity, vs_oracle: f64| InstanceResult {
+            name: "x".to_string(),
+            draw: Draw {
+                capacity,
+                ..inst[0].draw.clone()
+            },
+            entries: vec![Entry {
+                strategy: "sturnus".to_string(),
+                mean_ms: 100.0 * vs_oracle,
+                failed_pct: 0.0,
+                vs_oracle,
+                vs_best_peer: None,
+                best_peer: None,
+            }],
+        };
+        let all = vec![
+            result(Capacity::Hosted, 1.1),
+            result(Capacity::Limited, 1.0),
+            result(Capacity::Hosted, 1.3),
+        ];
+        let fam = summarise(1, Size::Quick, Variant::current(), all);
+        let kinds: Vec<(&str, usize, f64)> = fam.strategies[0]
+            .by_capacity
+            .iter()
+            .map(|k| (k.capacity, k.instances, k.median_vs_oracle))
+            .collect();
+        assert_eq!(kinds[0].0, "hosted");
+        assert_eq!(kinds[0].1, 2);
+        assert!((kinds[0].2 - 1.2).abs() < 1e-12, "{kinds:?}");
+        assert_eq!(&kinds[1..], &[("limited", 1, 1.0), ("mixed", 0, 0.0)]);
+        assert!(markdown(&fam).contains("| sturnus | 1.200 | 1.000 | 0.000 |"));
     }
 }
