@@ -30,8 +30,12 @@
 //! - a **reference**: the lowest of the floor, the envelope's estimate and the unqueued
 //!   latency (lulls can only lower it: where they drain nothing, the rule is the same as
 //!   without them);
+//! - **lasting**: whether consecutive answers' log-latencies correlate (lag 1, an EWMA at
+//!   `spread_alpha` of their covariance over the jitter's variance) by more than
+//!   `correlation_z` standard errors of the estimate for answers that do not: a queue lasts
+//!   from one answer to the next, jitter is drawn afresh for each;
 //! - a **discount** `d`: with excess = level ÷ reference − 1, each answer adds `gain` ×
-//!   (excess − `target`) when the excess is above the target, or takes off `relief` ×
+//!   (excess − `target`) when the excess is above the target and lasting, or takes off `relief` ×
 //!   (target − excess) when below; `d` stays in `[0, max_discount]`. An answer to a request
 //!   the pick sent at the probe floor never adds to `d` (it may take off): the candidate's
 //!   score already gives it no more than the floor, so a lower share cannot shorten any queue
@@ -89,8 +93,14 @@ pub struct CongestionParams {
     /// e^(g(σ) − g(0.25))`, g(σ) = σ²/2 + LOW_Z σ, so a candidate that is simply more erratic
     /// does not read as queued.
     pub low_z: f64,
-    /// Smoothing of the log-latency mean and variance that measure the jitter (per answer).
+    /// Smoothing of the log-latency mean and variance that measure the jitter, and of the
+    /// covariance of consecutive answers' log-latencies (per answer).
     pub spread_alpha: f64,
+    /// The discount grows only while consecutive answers' log-latencies correlate by more
+    /// than this many standard errors of the estimate for answers that do not
+    /// (`√(spread_alpha ÷ (2 − spread_alpha))`, 0.1): a queue lasts from one answer to the
+    /// next, jitter does not.
+    pub correlation_z: f64,
     /// Queueing above the reference (as a fraction of it) the discount steers towards.
     pub target: f64,
     /// Discount added per answer per unit of excess above `target`.
@@ -131,6 +141,7 @@ impl CongestionParams {
         low_ratio_jitter: 0.25,
         low_z: 2.65,
         spread_alpha: 0.02,
+        correlation_z: 1.0,
         target: 0.08,
         gain: 0.3,
         relief: 4.0,
@@ -171,6 +182,9 @@ pub(crate) struct Congestion {
     /// EWMA of the log-latency, and of its squared deviation (the jitter σ²), per mode.
     log_mean: [AtomicU64; 2],
     log_var: [AtomicU64; 2],
+    /// The latest answer's log-latency, and the EWMA of consecutive answers' covariance.
+    last_log: [AtomicU64; 2],
+    log_lag_cov: [AtomicU64; 2],
     /// EWMA of the answers sent in lulls, and how many there were, per mode.
     unqueued: [AtomicU64; 2],
     unqueued_answers: [AtomicU64; 2],
@@ -188,6 +202,8 @@ impl Default for Congestion {
             low: empty(),
             log_mean: empty(),
             log_var: empty(),
+            last_log: empty(),
+            log_lag_cov: empty(),
             discount: [AtomicU64::new(0), AtomicU64::new(0)],
             last_at: [AtomicU64::new(0), AtomicU64::new(0)],
             unqueued: empty(),
@@ -283,6 +299,18 @@ impl Congestion {
                 p.spread_alpha,
             )
         });
+        let previous = self.last_log[i].swap(lx.to_bits(), Relaxed);
+        let correlation = if previous == EMPTY {
+            0.0
+        } else {
+            let lag = (lx - mean) * (f64::from_bits(previous) - mean);
+            let cov = update(&self.log_lag_cov[i], |o| {
+                ewma(o, lag, p.spread_alpha.max(first))
+            });
+            cov / var.max(f64::MIN_POSITIVE)
+        };
+        let standard_error = (p.spread_alpha / (2.0 - p.spread_alpha)).sqrt();
+        let lasting = correlation > p.correlation_z * standard_error;
         if n < p.warm_answers {
             return;
         }
@@ -304,7 +332,7 @@ impl Congestion {
             0.0
         };
         let step = if excess > p.target {
-            if probe {
+            if probe || !lasting {
                 0.0
             } else {
                 p.gain * (excess - p.target)
@@ -415,13 +443,18 @@ mod tests {
         assert!(c.discount(NS) < built, "{} {built}", c.discount(NS));
     }
 
-    /// `n` answers log-normal around `median` µs with σ = 0.25 (the simulator's jitter).
-    fn jittered(rng: &mut SplitMix64, median: f64) -> f64 {
+    /// An answer log-normal around `median` µs with jitter `sigma`.
+    fn log_normal(rng: &mut SplitMix64, median: f64, sigma: f64) -> f64 {
         // Box-Muller: one standard normal draw from two uniforms.
         let u = rng.next_f64().max(f64::MIN_POSITIVE);
         let v = rng.next_f64();
         let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
-        median * (0.25 * z).exp()
+        median * (sigma * z).exp()
+    }
+
+    /// An answer log-normal around `median` µs with σ = 0.25 (the simulator's jitter).
+    fn jittered(rng: &mut SplitMix64, median: f64) -> f64 {
+        log_normal(rng, median, 0.25)
     }
 
     fn level_and_low(c: &Congestion) -> (f64, f64) {
@@ -576,8 +609,8 @@ mod tests {
         let mut rng = SplitMix64::new(19);
         let (mut d_plain, mut d_lulled) = (0.0, 0.0);
         for i in 0..4_000 {
-            // Queued from the start, draining one answer in ten.
-            let x = if i % 10 == 0 {
+            // Queued from the start, draining for five answers in a row in every fifty.
+            let x = if i % 50 < 5 {
                 jittered(&mut rng, 200_000.0)
             } else {
                 130_000.0 + jittered(&mut rng, 200_000.0)
@@ -640,5 +673,66 @@ mod tests {
             "{floor}"
         );
         assert_eq!(c.answers[NS.slot()].load(Relaxed), 2);
+    }
+
+    /// An excess `level` above a 200 ms floor, in runs of `run` answers: each run is queued
+    /// or not with even odds, so the mean is the same whatever the run length.
+    fn excess_in_runs(run: usize, seed: u64) -> f64 {
+        let c = Congestion::default();
+        let mut rng = SplitMix64::new(seed);
+        for _ in 0..100 {
+            answer(&c, jittered(&mut rng, 200_000.0));
+        }
+        let mut queued = false;
+        let mut d = 0.0;
+        for i in 0..3_000 {
+            if i % run == 0 {
+                queued = rng.next_f64() < 0.5;
+            }
+            let wait = if queued { 160_000.0 } else { 0.0 };
+            answer(&c, wait + jittered(&mut rng, 200_000.0));
+            if i >= 1_000 {
+                d += c.discount(NS);
+            }
+        }
+        d / 2_000.0
+    }
+
+    #[test]
+    fn only_an_excess_that_lasts_from_answer_to_answer_builds_a_discount() {
+        // The same answers on average, 40 % above the floor: a queue that persists for runs
+        // of twenty answers builds a discount; the same waits drawn afresh for every answer
+        // (jitter, not a queue) do not.
+        for seed in 1..=4 {
+            let lasting = excess_in_runs(20, seed);
+            let fleeting = excess_in_runs(1, seed);
+            assert!(lasting > 1.0, "seed {seed}: {lasting}");
+            assert!(fleeting < 0.1, "seed {seed}: {fleeting}");
+        }
+    }
+
+    #[test]
+    fn an_erratic_candidate_that_does_not_queue_keeps_almost_no_discount() {
+        // σ 0.8 (the 99th percentile 6 × the median), no queue, twelve random starts, the
+        // floor often set low by the first answers' luck. Its answers do not persist from one
+        // to the next, so little discount builds on them: without that test the median run
+        // averages 0.28 and the worst 3.7.
+        let mut means: Vec<f64> = (1..=12)
+            .map(|seed| {
+                let c = Congestion::default();
+                let mut rng = SplitMix64::new(seed);
+                let mut d = 0.0;
+                for i in 0..5_000 {
+                    answer(&c, log_normal(&mut rng, 200_000.0, 0.8));
+                    if i >= 500 {
+                        d += c.discount(NS);
+                    }
+                }
+                d / 4_500.0
+            })
+            .collect();
+        means.sort_by(f64::total_cmp);
+        let (median, worst) = ((means[5] + means[6]) / 2.0, means[11]);
+        assert!(median < 0.1 && worst < 0.5, "{means:?}");
     }
 }
