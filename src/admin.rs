@@ -190,7 +190,7 @@ pub fn status(app: &App) -> Value {
                             "load_ms_per_request": snap.load_slope_us / 1000.0,
                             "load_mean_in_flight": snap.load_mean_inflight,
                             "charged_latency_ms": charged.map(|l| l / 1000.0),
-                            "effective_latency_ms": charged.map(|l| l / 1000.0 / success.max(min_success)),
+                            "effective_latency_ms": charged.map(|l| l / 1000.0 / snap.success.max(min_success)),
                             "congestion_discount": snap.discount,
                         })
                     };
@@ -221,6 +221,7 @@ pub fn status(app: &App) -> Value {
                         "pacing": s.pacing(now),
                         "in_lull": lulled,
                         "backed_off_for_ms": backed_off_ms,
+                        "on_probation": s.on_probation(),
                     })
                 })
                 .collect();

@@ -9,8 +9,11 @@
 //!   since stay unanswered and that age grows, before any slow answer is back. The selector
 //!   charges it, less a slack of half the EWMA, when that exceeds the EWMA.
 //! - Back-off: a `429` with `Retry-After` sets a deadline before which the candidate gets no
-//!   traffic at all (not even the probe floor); afterwards its depressed success rate ramps it
-//!   back in.
+//!   traffic at all (not even the probe floor). Once it passes, the candidate is on
+//!   *probation* until its next successful answer: a limit is often renewed, and every request
+//!   sent into a renewed one costs its client the whole `Retry-After` again, so the selector
+//!   leaves it the probe floor (its success counting as none) until a probe gets through;
+//!   then its depressed success rate ramps it back in.
 //!
 //! Times are µs on any consistent clock: the monotonic clock in the proxy ([`now_us`]), so a
 //! wall-clock step (NTP, a resumed VM) can neither bench a candidate nor erase a back-off, and
@@ -20,7 +23,7 @@
 use super::attempt::Mode;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// The waiting age's constant (`[routing.rule.wait_age]`, `--param wait_age.<name>`).
@@ -116,6 +119,8 @@ pub(crate) struct Pressure {
     waiting: [Waiting; 2],
     /// No traffic before this time (µs); 0 = never backed off.
     until: AtomicU64,
+    /// Backed off since the last successful answer.
+    probation: AtomicBool,
 }
 
 impl Pressure {
@@ -167,6 +172,21 @@ impl Pressure {
     /// No traffic before `deadline_us` (a later deadline never gets shortened).
     pub(crate) fn back_off_until(&self, deadline_us: u64) {
         self.until.fetch_max(deadline_us, Relaxed);
+        self.probation.store(true, Relaxed);
+    }
+
+    /// A successful answer ends the probation a back-off began.
+    #[inline]
+    pub(crate) fn succeeded(&self) {
+        if self.probation.load(Relaxed) {
+            self.probation.store(false, Relaxed);
+        }
+    }
+
+    /// True from a back-off until the next successful answer (the back-off itself included).
+    #[inline]
+    pub(crate) fn on_probation(&self) -> bool {
+        self.probation.load(Relaxed)
     }
 
     /// The back-off deadline, unless none was set or an expired one was cleared.
@@ -252,6 +272,21 @@ mod tests {
         assert!(!p.backed_off(900));
         assert_eq!(p.deadline_us(), None);
         assert!(!p.active());
+    }
+
+    #[test]
+    fn probation_lasts_from_a_back_off_to_the_next_success() {
+        let p = Pressure::default();
+        assert!(!p.on_probation());
+        p.succeeded();
+        assert!(!p.on_probation());
+        p.back_off_until(500);
+        assert!(p.on_probation());
+        // The deadline passing does not end it; only an answer that gets through does.
+        assert!(!p.backed_off(600));
+        assert!(p.on_probation());
+        p.succeeded();
+        assert!(!p.on_probation());
     }
 
     #[test]

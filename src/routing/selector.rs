@@ -1461,9 +1461,16 @@ mod tests {
         // A pin on a backed-off candidate is not honoured.
         let c = choose_at(&cands, Mode::NonStreaming, Some(0), &p, 999, &mut rng);
         assert_eq!(c.map(|c| (c.index, c.pinned_honoured)), Some((1, false)));
-        // Once the deadline passes, the faster candidate is back in front.
+        // Once the deadline passes it is on probation: the probe floor until an answer gets
+        // through, and then the faster candidate is back in front.
         let after = shares_for_at(&cands, Mode::NonStreaming, &p, 1_000);
-        assert!(after[0] > 0.9, "{after:?}");
+        assert!((after[0] - p.probe_floor).abs() < 1e-12, "{after:?}");
+        cands[0].record_outcome(Outcome::Failure, 0.4);
+        let failed = shares_for_at(&cands, Mode::NonStreaming, &p, 1_000);
+        assert!((failed[0] - p.probe_floor).abs() < 1e-12, "{failed:?}");
+        cands[0].record_outcome(Outcome::Success, 0.4);
+        let back = shares_for_at(&cands, Mode::NonStreaming, &p, 1_000);
+        assert!(back[0] > back[1], "{back:?}");
         // A request to it that has waited 1 000 µs (estimate 2 000) sends traffic away: it
         // keeps the probe floor.
         let _wait = cands[0].begin_wait(Mode::NonStreaming, 1_000, false);

@@ -48,7 +48,8 @@ impl Health {
 pub struct Snapshot {
     /// Latency EWMA in microseconds; `None` while cold in this mode.
     pub latency_us: Option<f64>,
-    /// Success-rate EWMA in `[0, 1]`.
+    /// Success-rate EWMA in `[0, 1]`; 0 on probation after a back-off
+    /// ([`CandidateStats::on_probation`]).
     pub success: f64,
     /// Age (µs) of this mode's oldest request still waiting for its first chunk that no request
     /// sent after it has overtaken, if any (see [`CandidateStats::begin_wait`]).
@@ -248,7 +249,10 @@ impl CandidateStats {
     pub fn record_outcome(&self, outcome: Outcome, alpha: f64) {
         self.requests.fetch_add(1, Relaxed);
         let sample = match outcome {
-            Outcome::Success => 1.0,
+            Outcome::Success => {
+                self.pressure.succeeded();
+                1.0
+            }
             Outcome::Failure => {
                 self.failures.fetch_add(1, Relaxed);
                 0.0
@@ -318,7 +322,11 @@ impl CandidateStats {
     pub fn snapshot(&self, mode: Mode) -> Snapshot {
         Snapshot {
             latency_us: self.latency_us(mode),
-            success: self.success(),
+            success: if self.on_probation() {
+                0.0
+            } else {
+                self.success()
+            },
             wait_age_us: None,
             backed_off: false,
             discount: self.congestion_discount(mode),
@@ -371,6 +379,14 @@ impl CandidateStats {
     /// on the [`super::pressure::now_us`] clock). A shorter deadline never cuts a longer one.
     pub fn back_off_until(&self, deadline_us: u64) {
         self.pressure.back_off_until(deadline_us);
+    }
+
+    /// True from a `Retry-After` back-off until the next successful answer: once the deadline
+    /// has passed, picks count the candidate's success as none, which leaves it the probe
+    /// floor (see [`super::pressure`]).
+    #[inline]
+    pub fn on_probation(&self) -> bool {
+        self.pressure.on_probation()
     }
 
     /// The back-off deadline (µs) for /status: `None` if never set or found expired.

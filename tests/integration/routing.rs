@@ -368,7 +368,11 @@ async fn retry_after_on_429_keeps_traffic_off_the_candidate_until_then() {
         "only {inside_window} requests in the window"
     );
     let status = proxy.status().await;
-    assert_eq!(status["aliases"][0]["candidates"][0]["failures"], 1);
+    let a = &status["aliases"][0]["candidates"][0];
+    assert_eq!(a["failures"], 1);
+    // Until an answer of a's gets through, its deadline past or not, it keeps the probe floor.
+    assert_eq!(a["on_probation"], true, "{a}");
+    assert_eq!(status["aliases"][0]["candidates"][1]["on_probation"], false);
 }
 
 #[tokio::test(flavor = "multi_thread")]
