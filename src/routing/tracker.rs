@@ -376,7 +376,8 @@ impl CandidateStats {
 
     /// Honours an upstream `Retry-After`: no traffic to this candidate before `deadline_us`
     /// (the proxy should call this on a 429 or 503 carrying `Retry-After`, with the deadline
-    /// on the [`super::pressure::now_us`] clock). A shorter deadline never cuts a longer one.
+    /// on the [`super::pressure::now_us`] clock), and probation until its next successful
+    /// answer ([`CandidateStats::on_probation`]). A shorter deadline never cuts a longer one.
     pub fn back_off_until(&self, deadline_us: u64) {
         self.pressure.back_off_until(deadline_us);
     }
