@@ -247,6 +247,21 @@ impl Strategy for Sturnus {
                 retry_after_s,
             } => (code, retry_after_s),
         };
+        // As outcome::response_filter: the quota the answer announces and its `Retry-After`,
+        // before its outcome (a success ends the probation a back-off it announces began).
+        if let (true, Some(q)) = (self.variant.pacing, response.quota) {
+            stats.observe_quota(
+                QuotaKind::Requests,
+                q.remaining,
+                Some(q.limit),
+                Some(q.reset_in),
+                now,
+                &self.variant.params.rule.quota,
+            );
+        }
+        if let (true, Some(secs)) = (self.variant.retry_after, retry_after_s) {
+            stats.back_off_until(now + secs * SEC);
+        }
         // As outcome::response_body_filter: the first chunk of a successful answer; with
         // prefix affinity, an answer from the prompt cache as a cache hit.
         let slot = Slot {
@@ -266,19 +281,6 @@ impl Strategy for Sturnus {
                     stats.record_answer(&answer, in_lull, &self.variant.params, now);
                 }
             }
-        }
-        if let (true, Some(q)) = (self.variant.pacing, response.quota) {
-            stats.observe_quota(
-                QuotaKind::Requests,
-                q.remaining,
-                Some(q.limit),
-                Some(q.reset_in),
-                now,
-                &self.variant.params.rule.quota,
-            );
-        }
-        if let (true, Some(secs)) = (self.variant.retry_after, retry_after_s) {
-            stats.back_off_until(now + secs * SEC);
         }
     }
 }

@@ -183,6 +183,8 @@ async fn an_exhausted_quota_keeps_traffic_off_until_the_reset() {
     let ca = candidate(&status, "a");
     assert_eq!(ca["quota"]["requests"]["remaining"], 0, "{ca}");
     assert_eq!(ca["quota"]["requests"]["limit"], 3, "{ca}");
+    // The answer that announced the quota spent was itself a success: no probation after it.
+    assert_eq!(ca["on_probation"], false, "{ca}");
 
     // After the reset, the faster candidate gets traffic again.
     tokio::time::sleep_until((started + window + Duration::from_millis(100)).into()).await;
