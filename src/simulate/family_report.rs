@@ -70,6 +70,25 @@ pub struct StrategySummary {
     /// The median again over the instances of each kind of provider: what the load signals
     /// do where providers queue, apart from what estimating costs where they do not.
     pub by_capacity: Vec<KindMedian>,
+    /// The median again over the instances of each size of fleet ([`FLEET_SIZES`]): what a
+    /// busy proxy learns from its own answers, apart from what a quiet sidecar can.
+    pub by_fleet: Vec<FleetMedian>,
+}
+
+/// The sizes of fleet the family's medians are also given for, as (label, fewest proxies,
+/// most proxies): a lone proxy or a pair, a handful of replicas, many sidecars.
+pub const FLEET_SIZES: [(&str, usize, usize); 3] =
+    [("1-2", 1, 2), ("3-20", 3, 20), ("21+", 21, usize::MAX)];
+
+/// A strategy's median over the instances of one size of fleet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetMedian {
+    /// The range of proxies, a label of [`FLEET_SIZES`].
+    pub proxies: &'static str,
+    /// How many instances drew it.
+    pub instances: usize,
+    /// Median over them of mean latency over the oracle's.
+    pub median_vs_oracle: f64,
 }
 
 /// A strategy's median over the instances of one kind of provider.
@@ -197,6 +216,22 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// How many of `instances` drew what `keep` accepts, and the median of `label`'s mean latency
+/// over the oracle's among them.
+fn median_where(
+    instances: &[InstanceResult],
+    label: &str,
+    keep: impl Fn(&Draw) -> bool,
+) -> (usize, f64) {
+    let ratios: Vec<f64> = instances
+        .iter()
+        .filter(|i| keep(&i.draw))
+        .filter_map(|i| i.entries.iter().find(|e| e.strategy == label))
+        .map(|e| e.vs_oracle)
+        .collect();
+    (ratios.len(), median(ratios))
+}
+
 /// The family's summary and targets from its instances' results.
 pub fn summarise(
     seed: u64,
@@ -221,16 +256,23 @@ pub fn summarise(
             let by_capacity = Capacity::ALL
                 .iter()
                 .map(|&kind| {
-                    let ratios: Vec<f64> = instances
-                        .iter()
-                        .filter(|i| i.draw.capacity == kind)
-                        .filter_map(|i| i.entries.iter().find(|e| &e.strategy == label))
-                        .map(|e| e.vs_oracle)
-                        .collect();
+                    let (n, m) = median_where(&instances, label, |d| d.capacity == kind);
                     KindMedian {
                         capacity: kind.name(),
-                        instances: ratios.len(),
-                        median_vs_oracle: median(ratios),
+                        instances: n,
+                        median_vs_oracle: m,
+                    }
+                })
+                .collect();
+            let by_fleet = FLEET_SIZES
+                .iter()
+                .map(|&(proxies, fewest, most)| {
+                    let (n, m) =
+                        median_where(&instances, label, |d| (fewest..=most).contains(&d.proxies));
+                    FleetMedian {
+                        proxies,
+                        instances: n,
+                        median_vs_oracle: m,
                     }
                 })
                 .collect();
@@ -254,6 +296,7 @@ pub fn summarise(
                 worst_vs_best_peer_instance: worst_peer
                     .map_or_else(String::new, |w| w.0.to_string()),
                 by_capacity,
+                by_fleet,
             }
         })
         .collect();
@@ -324,21 +367,24 @@ pub fn markdown(r: &FamilyReport) -> String {
             st.worst_vs_best_peer_instance
         );
     }
-    if let Some(first) = r.strategies.first() {
-        let kinds = &first.by_capacity;
-        let _ = write!(s, "\nMedian x oracle by kind of provider:\n\n| strategy |");
-        for k in kinds {
-            let _ = write!(s, " {} ({}) |", k.capacity, k.instances);
-        }
-        let _ = writeln!(s, "\n|---|{}", "---:|".repeat(kinds.len()));
-        for st in &r.strategies {
-            let _ = write!(s, "| {} |", st.strategy);
-            for k in &st.by_capacity {
-                let _ = write!(s, " {:.3} |", k.median_vs_oracle);
-            }
-            let _ = writeln!(s);
-        }
-    }
+    breakdown(&mut s, r, "kind of provider", |st| {
+        st.by_capacity
+            .iter()
+            .map(|k| (k.capacity.to_string(), k.instances, k.median_vs_oracle))
+            .collect()
+    });
+    breakdown(&mut s, r, "size of fleet", |st| {
+        st.by_fleet
+            .iter()
+            .map(|f| {
+                (
+                    format!("{} proxies", f.proxies),
+                    f.instances,
+                    f.median_vs_oracle,
+                )
+            })
+            .collect()
+    });
     let _ = writeln!(s, "\nTargets (sturnus):\n");
     for t in &r.targets {
         let mark = if t.pass { "pass" } else { "MISSED" };
@@ -380,6 +426,32 @@ pub fn markdown(r: &FamilyReport) -> String {
         );
     }
     s
+}
+
+/// One table of the strategies' medians over groups of instances: `groups` gives a
+/// strategy's (group, instances, median) in order, the same groups for every strategy.
+fn breakdown(
+    s: &mut String,
+    r: &FamilyReport,
+    by: &str,
+    groups: impl Fn(&StrategySummary) -> Vec<(String, usize, f64)>,
+) {
+    let Some(first) = r.strategies.first() else {
+        return;
+    };
+    let header = groups(first);
+    let _ = write!(s, "\nMedian x oracle by {by}:\n\n| strategy |");
+    for (group, instances, _) in &header {
+        let _ = write!(s, " {group} ({instances}) |");
+    }
+    let _ = writeln!(s, "\n|---|{}", "---:|".repeat(header.len()));
+    for st in &r.strategies {
+        let _ = write!(s, "| {} |", st.strategy);
+        for (_, _, m) in groups(st) {
+            let _ = write!(s, " {m:.3} |");
+        }
+        let _ = writeln!(s);
+    }
 }
 
 /// The fleet-size sweep's summary: per fleet size, each contender's mean latency over the
@@ -485,5 +557,50 @@ mod tests {
         assert!((kinds[0].2 - 1.2).abs() < 1e-12, "{kinds:?}");
         assert_eq!(&kinds[1..], &[("limited", 1, 1.0), ("mixed", 0, 0.0)]);
         assert!(markdown(&fam).contains("| sturnus | 1.200 | 1.000 | 0.000 |"));
+    }
+
+    #[test]
+    fn medians_are_also_given_per_size_of_fleet() {
+        let inst = instances(1, 1, FamilySize::QUICK).unwrap_or_default();
+        let result = |proxies: usize, vs_oracle: f64| InstanceResult {
+            name: "x".to_string(),
+            draw: Draw {
+                proxies,
+                ..inst[0].draw.clone()
+            },
+            entries: vec![Entry {
+                strategy: "sturnus".to_string(),
+                mean_ms: 100.0 * vs_oracle,
+                failed_pct: 0.0,
+                vs_oracle,
+                vs_best_peer: None,
+                best_peer: None,
+            }],
+        };
+        let all = vec![
+            result(1, 1.0),
+            result(2, 1.1),
+            result(20, 1.2),
+            result(21, 1.4),
+            result(500, 1.3),
+        ];
+        let fam = summarise(1, Size::Quick, Variant::current(), all);
+        let sizes: Vec<(&str, usize, f64)> = fam.strategies[0]
+            .by_fleet
+            .iter()
+            .map(|f| (f.proxies, f.instances, f.median_vs_oracle))
+            .collect();
+        assert_eq!(sizes[1], ("3-20", 1, 1.2));
+        assert_eq!((sizes[0].0, sizes[0].1), ("1-2", 2));
+        assert_eq!((sizes[2].0, sizes[2].1), ("21+", 2));
+        assert!((sizes[0].2 - 1.05).abs() < 1e-12, "{sizes:?}");
+        assert!((sizes[2].2 - 1.35).abs() < 1e-12, "{sizes:?}");
+        let md = markdown(&fam);
+        assert!(md.contains("by size of fleet"), "{md}");
+        assert!(
+            md.contains("| 1-2 proxies (2) | 3-20 proxies (1) | 21+ proxies (2) |"),
+            "{md}"
+        );
+        assert!(md.contains("| sturnus | 1.050 | 1.200 | 1.350 |"), "{md}");
     }
 }
