@@ -192,6 +192,7 @@ pub fn status(app: &App) -> Value {
                             "charged_latency_ms": charged.map(|l| l / 1000.0),
                             "effective_latency_ms": charged.map(|l| l / 1000.0 / snap.success.max(min_success)),
                             "congestion_discount": snap.discount,
+                            "reference_latency_ms": snap.reference_us.map(|r| r / 1000.0),
                         })
                     };
                     let lulled = routing::lull::lulled(now, alias.candidates.len(), &params.rule.lull)

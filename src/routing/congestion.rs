@@ -188,6 +188,8 @@ pub(crate) struct Congestion {
     /// EWMA of the answers sent in lulls, and how many there were, per mode.
     unqueued: [AtomicU64; 2],
     unqueued_answers: [AtomicU64; 2],
+    /// The reference as of the latest answer, per mode.
+    reference: [AtomicU64; 2],
 }
 
 impl Default for Congestion {
@@ -208,6 +210,7 @@ impl Default for Congestion {
             last_at: [AtomicU64::new(0), AtomicU64::new(0)],
             unqueued: empty(),
             unqueued_answers: [AtomicU64::new(0), AtomicU64::new(0)],
+            reference: empty(),
         }
     }
 }
@@ -326,6 +329,7 @@ impl Congestion {
         let reference = self
             .unqueued(i, x, unqueued, p)
             .map_or(inferred, |u| inferred.min(u));
+        self.reference[i].store(reference.to_bits(), Relaxed);
         let excess = if reference > 0.0 {
             level / reference - 1.0
         } else {
@@ -361,6 +365,16 @@ impl Congestion {
         match self.unqueued[i].load(Relaxed) {
             bits if n >= p.unqueued_min && bits != EMPTY => Some(f64::from_bits(bits) * margin),
             _ => None,
+        }
+    }
+
+    /// The reference of `mode` (µs): what the candidate answers at when nothing queues, as of
+    /// its latest answer; `None` before it has `warm_answers`.
+    #[inline]
+    pub(crate) fn reference(&self, mode: Mode) -> Option<f64> {
+        match self.reference[mode.slot()].load(Relaxed) {
+            EMPTY => None,
+            bits => Some(f64::from_bits(bits)),
         }
     }
 

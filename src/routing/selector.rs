@@ -48,6 +48,10 @@ enum Score {
         /// `success / effective latency` (1/µs, at least 0), with the congestion discount and
         /// quota pacing folded in (see [`discounted`]).
         speed: f64,
+        /// `1 / reference latency` (1/µs): its speed once recovered, answering at full success
+        /// with nothing queued; infinite while no reference is measured. What its part of the
+        /// probe floor is measured by ([`weigh`]).
+        recovered: f64,
         /// A `Retry-After` back-off is in force.
         backed_off: bool,
     },
@@ -82,20 +86,21 @@ impl Score {
 enum Stake {
     /// Backed off: no weight and no share, not even the probe floor.
     Out,
-    /// A raw weight; its share is the weight times the [`Split`]'s scale.
-    In(f64),
-    /// Held at the probe floor.
-    Floored,
+    /// A raw weight and the candidate's part of the probe floor (in `(0, 1]`); its share is
+    /// the weight times the [`Split`]'s scale.
+    In(f64, f64),
+    /// Held at its part of the probe floor.
+    Floored(f64),
 }
 
 /// How an alias's stakes become shares: an [`Stake::In`] weight times `scale`, a
-/// [`Stake::Floored`] one the probe floor. Keeping the raw weights and one scale saves a
+/// [`Stake::Floored`] one its part of the probe floor. Keeping the raw weights and one scale saves a
 /// normalising pass over the candidates on every pick.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Split {
     /// What every free weight is multiplied by.
     scale: f64,
-    /// The share of a floored candidate.
+    /// The share of a floored candidate whose part is 1.
     floor: f64,
 }
 
@@ -105,8 +110,8 @@ impl Stake {
     fn share(self, split: Split) -> f64 {
         match self {
             Stake::Out => 0.0,
-            Stake::In(weight) => weight * split.scale,
-            Stake::Floored => split.floor,
+            Stake::In(weight, _) => weight * split.scale,
+            Stake::Floored(part) => split.floor * part,
         }
     }
 }
@@ -152,6 +157,10 @@ fn score(s: &Snapshot, k: f64, rule: &RuleParams) -> Score {
             let speed = success / lat.max(bounds.min_latency_us);
             Score::Warm {
                 speed: discounted(speed, s.discount, s.pacing, k),
+                recovered: s
+                    .reference_us
+                    .filter(|r| r.is_finite() && *r >= 0.0)
+                    .map_or(f64::INFINITY, |r| 1.0 / r.max(bounds.min_latency_us)),
                 backed_off,
             }
         }
@@ -259,18 +268,24 @@ pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
 }
 
 /// What [`weigh`] found besides the weights: their sum, how many candidates take part and
-/// the smallest weight among them (what decides whether the probe floor applies).
+/// the smallest weight over part of the floor among them (what decides whether the probe
+/// floor applies).
 #[derive(Debug, Clone, Copy)]
 struct Weighed {
     /// The weights' sum.
     sum: f64,
     /// Candidates that are not [`Stake::Out`].
     count: usize,
-    /// The smallest weight of those.
+    /// The smallest weight ÷ part of the floor of those.
     min: f64,
 }
 
-/// Scores become raw weights in `out` (same length).
+/// Scores become raw weights in `out` (same length), each with its part of the probe floor:
+/// `recovered speed ÷ best speed` (the best's effective latency over the candidate's
+/// reference latency), at most 1. A candidate that would still answer `r` times slower than
+/// the best once recovered gets `1/r` of the floor: probing it then costs about the time
+/// probing a candidate as fast as the best would, and one that is slow only for now (a step,
+/// an outage) keeps the whole floor to show its recovery.
 ///
 /// What a back-off does to the shares is decided here and nowhere else: a backed-off
 /// candidate is [`Stake::Out`], unless every candidate is backed off, when back-off is ignored
@@ -319,18 +334,24 @@ fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Weighed
             *o = Stake::Out;
             continue;
         }
-        let weight = match s {
-            Score::Cold { success, .. } => cold_weight * pow(success),
+        let (weight, part) = match s {
+            Score::Cold { success, .. } => (cold_weight * pow(success), 1.0),
             // The best candidate is exactly 1.0 (speed * (1/best) can miss it by one ulp).
-            Score::Warm { speed, .. } if speed == best => 1.0,
-            Score::Warm { speed, .. } => pow((speed * inv_best).min(1.0)),
+            Score::Warm { speed, .. } if speed == best => (1.0, 1.0),
+            Score::Warm {
+                speed, recovered, ..
+            } => (
+                pow((speed * inv_best).min(1.0)),
+                // best > 0 here: a warm candidate's speed is positive.
+                (recovered / best).clamp(f64::MIN_POSITIVE, 1.0),
+            ),
         };
         weighed.sum += weight;
         weighed.count += 1;
-        if weight < weighed.min {
-            weighed.min = weight;
+        if weight / part < weighed.min {
+            weighed.min = weight / part;
         }
-        *o = Stake::In(weight);
+        *o = Stake::In(weight, part);
     }
     weighed
 }
@@ -366,7 +387,7 @@ pub fn probe_floor_each(probe_floor: f64, count: usize) -> f64 {
 fn even_split(out: &mut [Stake], floor: f64) -> Split {
     let mut count = 0usize;
     for s in out.iter_mut().filter(|s| **s != Stake::Out) {
-        *s = Stake::In(1.0);
+        *s = Stake::In(1.0, 1.0);
         count += 1;
     }
     Split {
@@ -375,26 +396,27 @@ fn even_split(out: &mut [Stake], floor: f64) -> Split {
     }
 }
 
-/// Holds weights whose share would fall below `floor` at it ([`Stake::Floored`]) and scales
-/// the rest to fill what is left, until stable; `weighed` is what [`weigh`] found.
-/// [`Stake::Out`] candidates take no part.
+/// Holds weights whose share would fall below their part of `floor` at it
+/// ([`Stake::Floored`]) and scales the rest to fill what is left, until stable; `weighed` is
+/// what [`weigh`] found. [`Stake::Out`] candidates take no part.
 fn apply_floor(out: &mut [Stake], floor: f64, weighed: Weighed) -> Split {
     if weighed.count as f64 * floor >= 1.0 {
         return even_split(out, floor);
     }
-    let mut fixed = 0usize;
+    // The floor's parts held so far, in units of `floor`.
+    let mut fixed = 0.0f64;
     let mut free_sum = weighed.sum;
     // Each round fixes at least one more candidate or finishes, so count + 1 rounds suffice.
     for _ in 0..=weighed.count {
         // free_sum includes the largest weight (never fixed), so it stays well away from 0.
-        let scale = (1.0 - fixed as f64 * floor) / free_sum;
+        let scale = (1.0 - fixed * floor) / free_sum;
         let mut changed = false;
         for s in out.iter_mut() {
-            if let Stake::In(weight) = *s {
-                if weight * scale < floor {
-                    fixed += 1;
+            if let Stake::In(weight, part) = *s {
+                if weight * scale < floor * part {
+                    fixed += part;
                     free_sum -= weight;
-                    *s = Stake::Floored;
+                    *s = Stake::Floored(part);
                     changed = true;
                 }
             }
@@ -605,7 +627,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
             super::rendezvous::pick_by(k.key, candidates)
         });
         let index = rendezvous.unwrap_or_else(|| draw(shares, rng.next_f64()));
-        let probe = matches!(stakes.get(index), Some(Stake::Floored));
+        let probe = matches!(stakes.get(index), Some(Stake::Floored(_)));
         (index, probe)
     })
 }
@@ -673,6 +695,7 @@ mod tests {
             inflight: 0,
             load_slope_us: 0.0,
             load_mean_inflight: 0.0,
+            reference_us: None,
         }
     }
 
@@ -775,6 +798,39 @@ mod tests {
     }
 
     #[test]
+    fn a_candidate_gets_the_floor_by_how_fast_it_answers_once_recovered() {
+        // A budget of 0.02 over the three candidates other than the best.
+        let p = RoutingParams::default();
+        let part = 0.02 / 3.0;
+        let at = |lat: f64, success: f64, reference: f64| Snapshot {
+            reference_us: Some(reference),
+            ..warm(lat, success)
+        };
+        let s = run(
+            &[
+                at(100.0, 1.0, 100.0),
+                // 20 × slower now, as fast as the best once recovered (a step): all its part.
+                at(2000.0, 1.0, 100.0),
+                // Failing now, as fast as the best once recovered (an outage): all its part.
+                at(100.0, 0.001, 100.0),
+                // 20 × slower at its reference too: a twentieth of its part.
+                at(2000.0, 1.0, 2000.0),
+            ],
+            &p,
+        );
+        assert_close(s[1], part);
+        assert_close(s[2], part);
+        assert_close(s[3], part / 20.0);
+        assert_close(s.iter().sum::<f64>(), 1.0);
+        // Without a reference it keeps its whole part.
+        let s = run(&[at(100.0, 1.0, 100.0), warm(2000.0, 1.0)], &p);
+        assert_close(s[1], 0.02);
+        // A reference above the best's latency by less than its share needs: no floor at all.
+        let s = run(&[at(100.0, 1.0, 100.0), at(110.0, 1.0, 110.0)], &p);
+        assert!(s[1] > 0.3, "{s:?}");
+    }
+
+    #[test]
     fn floor_cascade_is_iterated() {
         // Second candidate is just above the floor before scaling and falls below after the
         // tiny ones are raised: it must then be fixed at the floor too.
@@ -866,6 +922,8 @@ mod tests {
                         inflight: 0,
                         load_slope_us: 0.0,
                         load_mean_inflight: 0.0,
+                        reference_us: [None, Some(rng.next_f64() * 1e7)]
+                            [(rng.next_u64() % 2) as usize],
                     }
                 })
                 .collect();
@@ -880,10 +938,13 @@ mod tests {
                 if snap.backed_off && !all_off {
                     assert_eq!(*x, 0.0, "case {case}: {s:?}");
                 } else {
-                    assert!(
-                        x.is_finite() && *x >= eff_floor - 1e-12,
-                        "case {case}: {s:?}"
-                    );
+                    // A candidate with a reference may get only part of the floor.
+                    let least = if snap.reference_us.is_some() && snap.latency_us.is_some() {
+                        0.0
+                    } else {
+                        eff_floor - 1e-12
+                    };
+                    assert!(x.is_finite() && *x >= least, "case {case}: {s:?}");
                 }
             }
         }

@@ -67,6 +67,10 @@ pub struct Snapshot {
     pub load_slope_us: f64,
     /// Mean count of our requests in flight when its answers were sent ([`super::load`]).
     pub load_mean_inflight: f64,
+    /// Latency (µs) it answers at when nothing queues: the congestion discount's reference
+    /// ([`super::congestion`]), `None` until measured. What it would answer at once recovered,
+    /// which sizes its part of the probe floor.
+    pub reference_us: Option<f64>,
 }
 
 impl Snapshot {
@@ -81,6 +85,7 @@ impl Snapshot {
         inflight: 0,
         load_slope_us: 0.0,
         load_mean_inflight: 0.0,
+        reference_us: None,
     };
 }
 
@@ -334,6 +339,11 @@ impl CandidateStats {
             inflight: self.inflight(),
             load_slope_us: self.load[mode.slot()].slope_us(),
             load_mean_inflight: self.load[mode.slot()].mean_inflight(),
+            reference_us: if self.congestion_on {
+                self.congestion.reference(mode)
+            } else {
+                None
+            },
         }
     }
 

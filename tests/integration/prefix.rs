@@ -77,11 +77,12 @@ async fn shares(proxy: &Proxy) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_conversations_turns_keep_to_one_candidate_and_new_ones_follow_the_shares() {
-    // b is far slower, so it sits at the probe floor: shares exactly 0.8 / 0.2, whatever the
-    // machine's noise.
+    // b fails every request, so it sits at the whole probe floor (with no successful answer it
+    // has no latency to scale its part of the floor by): shares exactly 0.8 / 0.2, whatever the
+    // machine's noise. The provider that answers is what is checked, not the answer.
     let (a, b, proxy) = with_routing("probe_floor = 0.2\nprefix_affinity = true\n").await;
     a.behaviour.set_latency(Duration::from_millis(2));
-    b.behaviour.set_latency(Duration::from_millis(60));
+    b.behaviour.set_fault(Fault::Status(500));
     warm(&proxy).await;
     let (share_a, share_b) = shares(&proxy).await;
     assert!((share_a - 0.8).abs() < 1e-9 && (share_b - 0.2).abs() < 1e-9);

@@ -40,12 +40,14 @@ fn share(served: &[String], provider: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
-    // A 2% floor makes "the slower one is still probed in 500 requests" certain (0.98^500 is
-    // 4e-5) rather than likely. On a quiet machine the 6x latency gap gives the winner the
-    // whole share above the floor (98%); a loaded machine stretches a 10 ms answer by bursts of
-    // scheduling delay, which the congestion discount reads as queueing, so the bound leaves
-    // room for that: three quarters is still "follows the faster one".
-    let (a, b, proxy) = two_candidates("[routing]\nprobe_floor = 0.02\n").await;
+    // b answers 6x slower than a even at its best, so it gets a sixth of the probe floor: a
+    // floor of 12% gives it 2%, which makes "the slower one is still probed in 500 requests"
+    // certain (0.98^500 is 4e-5) rather than likely. On a quiet machine the latency gap gives
+    // the winner the whole share above that (98%); a loaded machine stretches a 10 ms answer by
+    // bursts of scheduling delay, which the congestion discount reads as queueing, so the bound
+    // leaves room for that: three quarters is still "follows the faster one". Once a is the
+    // slower one, b's reference is below a's latency and it gets the whole floor back.
+    let (a, b, proxy) = two_candidates("[routing]\nprobe_floor = 0.12\n").await;
     a.behaviour.set_latency(Duration::from_millis(10));
     b.behaviour.set_latency(Duration::from_millis(60));
     let warmup = drive(&proxy, 40, 4, false).await;
@@ -85,6 +87,14 @@ async fn traffic_follows_the_faster_candidate_and_moves_back_after_a_swap() {
     assert!(
         lat_a > 20.0,
         "a's latency EWMA {lat_a} did not follow the slowdown"
+    );
+    // What a answers at once recovered: what it answered before the swap, not what it answers now.
+    let reference_a = cands[0]["non_streaming"]["reference_latency_ms"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        reference_a < lat_a,
+        "a's reference {reference_a} against {lat_a}"
     );
 }
 
