@@ -173,6 +173,8 @@ pub(crate) struct Congestion {
     answers: [AtomicU64; 2],
     floor: [AtomicU64; 2],
     discount: [AtomicU64; 2],
+    /// The reference as of the latest answer, per mode: read on every pick beside the discount.
+    reference: [AtomicU64; 2],
     /// When the latest answer came, per mode (routing clock, µs; 0 = none yet).
     last_at: [AtomicU64; 2],
     // The envelope's cells come after the discount, which the selector reads on every pick,
@@ -188,8 +190,6 @@ pub(crate) struct Congestion {
     /// EWMA of the answers sent in lulls, and how many there were, per mode.
     unqueued: [AtomicU64; 2],
     unqueued_answers: [AtomicU64; 2],
-    /// The reference as of the latest answer, per mode.
-    reference: [AtomicU64; 2],
 }
 
 impl Default for Congestion {

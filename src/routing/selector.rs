@@ -48,10 +48,10 @@ enum Score {
         /// `success / effective latency` (1/µs, at least 0), with the congestion discount and
         /// quota pacing folded in (see [`discounted`]).
         speed: f64,
-        /// `1 / reference latency` (1/µs): its speed once recovered, answering at full success
-        /// with nothing queued; infinite while no reference is measured. What its part of the
-        /// probe floor is measured by ([`weigh`]).
-        recovered: f64,
+        /// Reference latency (µs): what it answers at once recovered, with nothing queued; 0
+        /// while not measured. What its part of the probe floor is measured by
+        /// ([`apply_floor`]).
+        reference: f64,
         /// A `Retry-After` back-off is in force.
         backed_off: bool,
     },
@@ -86,8 +86,9 @@ impl Score {
 enum Stake {
     /// Backed off: no weight and no share, not even the probe floor.
     Out,
-    /// A raw weight and the candidate's part of the probe floor (in `(0, 1]`); its share is
-    /// the weight times the [`Split`]'s scale.
+    /// A raw weight and the candidate's reference latency (µs, 0 when not measured), which
+    /// [`apply_floor`] turns into its part of the probe floor; its share is the weight times
+    /// the [`Split`]'s scale.
     In(f64, f64),
     /// Held at its part of the probe floor.
     Floored(f64),
@@ -157,10 +158,10 @@ fn score(s: &Snapshot, k: f64, rule: &RuleParams) -> Score {
             let speed = success / lat.max(bounds.min_latency_us);
             Score::Warm {
                 speed: discounted(speed, s.discount, s.pacing, k),
-                recovered: s
+                reference: s
                     .reference_us
                     .filter(|r| r.is_finite() && *r >= 0.0)
-                    .map_or(f64::INFINITY, |r| 1.0 / r.max(bounds.min_latency_us)),
+                    .map_or(0.0, |r| r.max(bounds.min_latency_us)),
                 backed_off,
             }
         }
@@ -267,25 +268,23 @@ pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     });
 }
 
-/// What [`weigh`] found besides the weights: their sum, how many candidates take part and
-/// the smallest weight over part of the floor among them (what decides whether the probe
-/// floor applies).
+/// What [`weigh`] found besides the weights: their sum, how many candidates take part, the
+/// smallest weight among them (what decides whether the probe floor applies: no part exceeds
+/// 1) and the best's effective latency (what the parts are measured against).
 #[derive(Debug, Clone, Copy)]
 struct Weighed {
     /// The weights' sum.
     sum: f64,
     /// Candidates that are not [`Stake::Out`].
     count: usize,
-    /// The smallest weight ÷ part of the floor of those.
+    /// The smallest weight of those.
     min: f64,
+    /// `1 / best speed`: the best warm candidate's effective latency (µs), 0 when none is warm.
+    best_latency: f64,
 }
 
-/// Scores become raw weights in `out` (same length), each with its part of the probe floor:
-/// `recovered speed ÷ best speed` (the best's effective latency over the candidate's
-/// reference latency), at most 1. A candidate that would still answer `r` times slower than
-/// the best once recovered gets `1/r` of the floor: probing it then costs about the time
-/// probing a candidate as fast as the best would, and one that is slow only for now (a step,
-/// an outage) keeps the whole floor to show its recovery.
+/// Scores become raw weights in `out` (same length), each kept with its reference latency
+/// for [`apply_floor`].
 ///
 /// What a back-off does to the shares is decided here and nowhere else: a backed-off
 /// candidate is [`Stake::Out`], unless every candidate is backed off, when back-off is ignored
@@ -328,30 +327,27 @@ fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Weighed
         sum: 0.0,
         count: 0,
         min: f64::INFINITY,
+        best_latency: inv_best,
     };
     for (o, &s) in out.iter_mut().zip(scores) {
         if honour_back_off && s.backed_off() {
             *o = Stake::Out;
             continue;
         }
-        let (weight, part) = match s {
-            Score::Cold { success, .. } => (cold_weight * pow(success), 1.0),
+        let (weight, reference) = match s {
+            Score::Cold { success, .. } => (cold_weight * pow(success), 0.0),
             // The best candidate is exactly 1.0 (speed * (1/best) can miss it by one ulp).
-            Score::Warm { speed, .. } if speed == best => (1.0, 1.0),
+            Score::Warm { speed, .. } if speed == best => (1.0, 0.0),
             Score::Warm {
-                speed, recovered, ..
-            } => (
-                pow((speed * inv_best).min(1.0)),
-                // best > 0 here: a warm candidate's speed is positive.
-                (recovered / best).clamp(f64::MIN_POSITIVE, 1.0),
-            ),
+                speed, reference, ..
+            } => (pow((speed * inv_best).min(1.0)), reference),
         };
         weighed.sum += weight;
         weighed.count += 1;
-        if weight / part < weighed.min {
-            weighed.min = weight / part;
+        if weight < weighed.min {
+            weighed.min = weight;
         }
-        *o = Stake::In(weight, part);
+        *o = Stake::In(weight, reference);
     }
     weighed
 }
@@ -387,7 +383,7 @@ pub fn probe_floor_each(probe_floor: f64, count: usize) -> f64 {
 fn even_split(out: &mut [Stake], floor: f64) -> Split {
     let mut count = 0usize;
     for s in out.iter_mut().filter(|s| **s != Stake::Out) {
-        *s = Stake::In(1.0, 1.0);
+        *s = Stake::In(1.0, 0.0);
         count += 1;
     }
     Split {
@@ -399,9 +395,26 @@ fn even_split(out: &mut [Stake], floor: f64) -> Split {
 /// Holds weights whose share would fall below their part of `floor` at it
 /// ([`Stake::Floored`]) and scales the rest to fill what is left, until stable; `weighed` is
 /// what [`weigh`] found. [`Stake::Out`] candidates take no part.
+///
+/// A candidate's part is the best's effective latency over its reference latency, at most 1
+/// (the whole part while no reference is measured). A candidate that would still answer `r`
+/// times slower than the best once recovered gets `1/r` of the floor: probing it then costs
+/// about the time probing a candidate as fast as the best would, and one that is slow only
+/// for now (a step, an outage) keeps the whole floor to show its recovery.
 fn apply_floor(out: &mut [Stake], floor: f64, weighed: Weighed) -> Split {
     if weighed.count as f64 * floor >= 1.0 {
         return even_split(out, floor);
+    }
+    // Each stake's reference becomes its part, once, here off the common path.
+    for s in out.iter_mut() {
+        if let Stake::In(weight, reference) = *s {
+            let part = if reference > 0.0 {
+                (weighed.best_latency / reference).clamp(f64::MIN_POSITIVE, 1.0)
+            } else {
+                1.0
+            };
+            *s = Stake::In(weight, part);
+        }
     }
     // The floor's parts held so far, in units of `floor`.
     let mut fixed = 0.0f64;
