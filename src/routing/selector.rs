@@ -371,9 +371,9 @@ fn share_out(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Spl
     }
 }
 
-/// The least share of each of `count` candidates: the probe budget `probe_floor` split over
-/// the candidates other than the best, so that probing costs an alias at most `probe_floor` of
-/// its traffic however many candidates it lists.
+/// The probe floor of each of `count` candidates whose part is whole ([`apply_floor`]): the
+/// probe budget `probe_floor` split over the candidates other than the best, so that probing
+/// costs an alias at most `probe_floor` of its traffic however many candidates it lists.
 #[inline]
 pub fn probe_floor_each(probe_floor: f64, count: usize) -> f64 {
     probe_floor / count.saturating_sub(1).max(1) as f64
