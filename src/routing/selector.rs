@@ -371,7 +371,7 @@ fn share_out(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Spl
     }
 }
 
-/// The probe floor of each of `count` candidates whose part is whole ([`apply_floor`]): the
+/// The probe floor of each of `count` candidates whose part of it is whole: the
 /// probe budget `probe_floor` split over the candidates other than the best, so that probing
 /// costs an alias at most `probe_floor` of its traffic however many candidates it lists.
 #[inline]
