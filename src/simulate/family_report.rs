@@ -523,15 +523,11 @@ mod tests {
         assert!(markdown(&fam).contains("MISSED"));
     }
 
-    #[test]
-    fn medians_are_also_given_per_kind_of_provider() {
-        let inst = instances(1, 1, FamilySize::QUICK).unwrap_or_default();
-        let result = |capacity: Capacity, vs_oracle: f64| InstanceResult {
+    /// One instance's result with sturnus alone at `vs_oracle`, drawn as `draw`.
+    fn sturnus_at(draw: Draw, vs_oracle: f64) -> InstanceResult {
+        InstanceResult {
             name: "x".to_string(),
-            draw: Draw {
-                capacity,
-                ..inst[0].draw.clone()
-            },
+            draw,
             entries: vec![Entry {
                 strategy: "sturnus".to_string(),
                 mean_ms: 100.0 * vs_oracle,
@@ -540,6 +536,18 @@ mod tests {
                 vs_best_peer: None,
                 best_peer: None,
             }],
+        }
+    }
+
+    #[test]
+    fn medians_are_also_given_per_kind_of_provider() {
+        let inst = instances(1, 1, FamilySize::QUICK).unwrap_or_default();
+        let result = |capacity: Capacity, vs_oracle: f64| {
+            let draw = Draw {
+                capacity,
+                ..inst[0].draw.clone()
+            };
+            sturnus_at(draw, vs_oracle)
         };
         let all = vec![
             result(Capacity::Hosted, 1.1),
@@ -562,20 +570,12 @@ mod tests {
     #[test]
     fn medians_are_also_given_per_size_of_fleet() {
         let inst = instances(1, 1, FamilySize::QUICK).unwrap_or_default();
-        let result = |proxies: usize, vs_oracle: f64| InstanceResult {
-            name: "x".to_string(),
-            draw: Draw {
+        let result = |proxies: usize, vs_oracle: f64| {
+            let draw = Draw {
                 proxies,
                 ..inst[0].draw.clone()
-            },
-            entries: vec![Entry {
-                strategy: "sturnus".to_string(),
-                mean_ms: 100.0 * vs_oracle,
-                failed_pct: 0.0,
-                vs_oracle,
-                vs_best_peer: None,
-                best_peer: None,
-            }],
+            };
+            sturnus_at(draw, vs_oracle)
         };
         let all = vec![
             result(1, 1.0),
