@@ -382,7 +382,7 @@ fn quick_family_report_is_well_formed_deterministic_and_reruns_from_its_files() 
 }
 
 #[test]
-#[ignore = "the family targets are the new routing rule's to meet (issue 33); the current rule misses them"]
+#[ignore = "the rule misses the family targets (issue 33; docs/routing.md, \"Where the rule stands\")"]
 fn quick_family_meets_the_targets() {
     let out = simulate(&["--family", QUICK_FAMILY, "--quick", "--check"]);
     assert!(
