@@ -42,8 +42,11 @@ fn warm_catalog() -> Arc<Catalog> {
     let catalog = Catalog::build(&config).expect("benchmark catalog");
     for (i, c) in catalog.candidates.iter().enumerate() {
         for _ in 0..10 {
-            c.stats
-                .record_latency(Mode::NonStreaming, 150_000.0 + 40_000.0 * i as f64, 0.3);
+            c.stats.record_latency(
+                Mode::NonStreaming,
+                150_000.0 + 40_000.0 * i as f64,
+                &catalog.params.rule.latency,
+            );
             c.stats.record_outcome(Outcome::Success, 0.3);
         }
     }
@@ -58,7 +61,7 @@ fn request_cycle(catalog: &Catalog, n: u64) {
     let stats = &alias.candidates[choice.index].stats;
     let _inflight = stats.begin();
     let sample = 150_000.0 + (n % 97) as f64 * 1_000.0;
-    stats.record_latency(Mode::NonStreaming, sample, catalog.params.ewma_alpha);
+    stats.record_latency(Mode::NonStreaming, sample, &catalog.params.rule.latency);
     stats.record_outcome(Outcome::Success, catalog.params.ewma_alpha);
 }
 

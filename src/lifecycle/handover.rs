@@ -239,6 +239,7 @@ fn apply(catalog: &Catalog, entries: &[Entry]) -> Restored {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::routing::latency_mean::LatencyParams;
     use crate::routing::{Mode, Outcome};
 
     fn catalog(candidates: &str) -> Catalog {
@@ -262,20 +263,22 @@ mod tests {
         let old = catalog(r#"{ provider = "a", model = "x" }, { provider = "b", model = "y" }"#);
         old.candidates[0]
             .stats
-            .record_latency(Mode::NonStreaming, 1500.0, 0.3);
+            .record_latency(Mode::NonStreaming, 1500.0, &LatencyParams::DEFAULT);
         // A value with a long expansion must come back bit for bit.
+        old.candidates[0].stats.record_latency(
+            Mode::NonStreaming,
+            7558.778730109521,
+            &LatencyParams::DEFAULT,
+        );
         old.candidates[0]
             .stats
-            .record_latency(Mode::NonStreaming, 7558.778730109521, 0.3);
-        old.candidates[0]
-            .stats
-            .record_latency(Mode::Streaming, 700.0, 0.3);
+            .record_latency(Mode::Streaming, 700.0, &LatencyParams::DEFAULT);
         old.candidates[0]
             .stats
             .record_outcome(Outcome::Failure, 0.5);
         old.candidates[1]
             .stats
-            .record_latency(Mode::NonStreaming, 9.0, 0.3);
+            .record_latency(Mode::NonStreaming, 9.0, &LatencyParams::DEFAULT);
         let path = scratch("state.json");
         assert_eq!(save(&old, &path).unwrap(), 2);
 

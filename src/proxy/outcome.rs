@@ -169,7 +169,7 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
     ctx.first_chunk_at = Some(now);
     if let (Some(route), Some(sent)) = (&ctx.route, ctx.sent_at) {
         let seconds = now.duration_since(sent).as_secs_f64();
-        let (stats, alpha) = (&route.candidate.stats, app.catalog.params.ewma_alpha);
+        let stats = &route.candidate.stats;
         let micros = seconds * 1e6;
         // No longer waiting; its send time on the routing clock says whether it went out in a
         // lull, and what it measured waits in the context for the request's outcome.
@@ -182,7 +182,7 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
         let lulls = &app.catalog.params.rule.lull;
         let in_lull = sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot, lulls));
         let outcome = ctx.status.map_or(Outcome::Failure, Outcome::from_status);
-        stats.record_first_chunk(route.mode, micros, outcome, hit, alpha);
+        stats.record_first_chunk(route.mode, micros, outcome, hit, &app.catalog.params);
         route.metrics.first_chunk(seconds);
         // A cached answer says where a conversation's cache is, not how the candidate queues.
         ctx.answer = answer.filter(|_| !hit).map(|a| (a, in_lull));

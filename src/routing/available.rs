@@ -116,11 +116,12 @@ mod tests {
     use super::super::rng::SplitMix64;
     use super::super::selector::choose;
     use super::*;
+    use crate::routing::latency_mean::LatencyParams;
     use std::sync::Arc;
 
     fn warm(latency_us: f64) -> Arc<CandidateStats> {
         let s = Arc::new(CandidateStats::new());
-        s.record_latency(Mode::NonStreaming, latency_us, 1.0);
+        s.record_latency(Mode::NonStreaming, latency_us, &LatencyParams::DEFAULT);
         s
     }
 

@@ -2,8 +2,10 @@
 //!
 //! Self-contained: depends on no other sturnus module and takes plain parameters.
 //! - [`attempt`]: what the proxy reports of one upstream attempt (mode, outcome, error kind).
-//! - [`tracker`]: lock-free per-candidate stats (latency EWMA per mode, success EWMA, in-flight,
-//!   last error, counters) shared by every alias listing the candidate.
+//! - [`tracker`]: per-candidate stats (latency estimate per mode, success EWMA, in-flight, last
+//!   error, counters) shared by every alias listing the candidate, read by a pick without locks.
+//! - [`latency_mean`]: the latency estimate, the mean of a candidate's answers since their level
+//!   last changed.
 //! - [`selector`]: the pure share computation, the weighted pick and the pin rule.
 //! - [`available`]: the same pick and shares restricted to the candidates that may take
 //!   traffic (whose provider passes its active health check).
@@ -29,6 +31,7 @@ pub mod available;
 pub mod congestion;
 pub mod keyed_hits;
 pub mod keyed_shares;
+pub mod latency_mean;
 pub mod load;
 pub mod lull;
 pub mod params;

@@ -8,6 +8,7 @@
 
 use super::congestion::CongestionParams;
 use super::keyed_hits::KeyedParams;
+use super::latency_mean::LatencyParams;
 use super::load::LoadParams;
 use super::lull::LullParams;
 use super::pressure::WaitAgeParams;
@@ -49,6 +50,8 @@ impl Default for ScoreParams {
 pub struct RuleParams {
     /// Cold weight and the bounds of the score.
     pub score: ScoreParams,
+    /// The latency estimate's test for a change of level ([`super::latency_mean`]).
+    pub latency: LatencyParams,
     /// The waiting age of requests still without a first chunk ([`super::pressure`]).
     pub wait_age: WaitAgeParams,
     /// The load charge of our own requests in flight ([`super::load`]).

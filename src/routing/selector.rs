@@ -695,6 +695,7 @@ mod tests {
     use super::super::params::ScoreParams;
     use super::super::rng::SplitMix64;
     use super::*;
+    use crate::routing::latency_mean::LatencyParams;
     use std::sync::Arc;
 
     fn warm(lat: f64, success: f64) -> Snapshot {
@@ -1027,7 +1028,7 @@ mod tests {
     fn stats(lat: Option<f64>, failures: usize) -> Arc<CandidateStats> {
         let s = Arc::new(CandidateStats::new());
         if let Some(l) = lat {
-            s.record_latency(Mode::NonStreaming, l, 1.0);
+            s.record_latency(Mode::NonStreaming, l, &LatencyParams::DEFAULT);
         }
         for _ in 0..failures {
             s.record_outcome(Outcome::Failure, 0.3);
@@ -1438,7 +1439,7 @@ mod tests {
         let seed: Vec<_> = (0..2)
             .map(|_| {
                 let s = Arc::new(CandidateStats::without_congestion());
-                s.record_latency(Mode::NonStreaming, 100.0, 1.0);
+                s.record_latency(Mode::NonStreaming, 100.0, &LatencyParams::DEFAULT);
                 s
             })
             .collect();

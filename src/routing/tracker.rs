@@ -1,18 +1,21 @@
-//! Lock-free per-candidate statistics.
+//! Per-candidate statistics that a pick reads without locking.
 //!
 //! A candidate is a (provider, model) pair; one [`CandidateStats`] is shared (via `Arc`) by every
-//! alias that lists it. All state lives in atomics: f64 values are stored as bits in `AtomicU64`
-//! and EWMA updates use a compare-exchange loop, so recording and picking never block a worker.
+//! alias that lists it. What a pick reads lives in atomics: f64 values are stored as bits in
+//! `AtomicU64` and EWMA updates use a compare-exchange loop, so picking never blocks a worker.
+//! The latency estimate ([`super::latency_mean`]) is updated under a per-candidate lock held for
+//! a few arithmetic operations and published to its atomic.
 
 use super::attempt::{ErrorKind, Mode, Outcome};
 use super::congestion::Congestion;
+use super::latency_mean::{LatencyMean, LatencyParams};
 use super::load::Load;
 use super::params::RoutingParams;
 use super::pressure::Pressure;
 use super::quota::{QuotaKind, QuotaParams, QuotaView, Quotas};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Bit pattern marking "no latency sample yet" (a NaN that arithmetic never produces here).
 const EMPTY: u64 = u64::MAX;
@@ -89,7 +92,8 @@ impl Snapshot {
     };
 }
 
-/// EWMA state as plain numbers, for handing over across a process upgrade.
+/// The latency and success estimates as plain numbers, for handing over across a process
+/// upgrade.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StatsSnapshot {
     /// Non-streaming latency estimate ([`CandidateStats::latency_us`]) in microseconds, which
@@ -103,9 +107,11 @@ pub struct StatsSnapshot {
 
 /// Lock-free per-candidate statistics shared by every alias that lists the candidate.
 pub struct CandidateStats {
-    /// Latency EWMA (µs, f64 bits) of the answers not from a prompt cache, per [`Mode`] slot;
-    /// [`EMPTY`] until the first sample.
+    /// Latency estimate (µs, f64 bits) of the answers not from a prompt cache, per [`Mode`]
+    /// slot, as `latency_means` last published it; [`EMPTY`] until the first sample.
     latency: [AtomicU64; 2],
+    /// What `latency` is computed from, per [`Mode`] slot.
+    latency_means: [Mutex<LatencyMean>; 2],
     /// Latency EWMA of the answers from the provider's prompt cache, per [`Mode`] slot; it
     /// counts in the estimate only while it is above `latency` (or `latency` is empty).
     hit_latency: [AtomicU64; 2],
@@ -181,6 +187,7 @@ impl CandidateStats {
     pub fn new() -> Self {
         Self {
             latency: [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)],
+            latency_means: Default::default(),
             hit_latency: [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)],
             success: AtomicU64::new(1.0f64.to_bits()),
             inflight: AtomicU64::new(0),
@@ -205,15 +212,25 @@ impl CandidateStats {
         }
     }
 
-    /// Fold in a latency sample (µs from sending upstream to the first body chunk).
-    /// Non-finite or negative samples are ignored.
-    /// Whether the request went out in its candidate's lull reaches the congestion discount
-    /// with the request's outcome ([`CandidateStats::record_answer`]).
-    pub fn record_latency(&self, mode: Mode, micros: f64, alpha: f64) {
+    /// Fold in a latency sample (µs from sending upstream to the first body chunk) and
+    /// publish the new estimate ([`super::latency_mean`]). Non-finite or negative samples are
+    /// ignored. Whether the request went out in its candidate's lull reaches the congestion
+    /// discount with the request's outcome ([`CandidateStats::record_answer`]).
+    pub fn record_latency(&self, mode: Mode, micros: f64, params: &LatencyParams) {
         if !micros.is_finite() || micros < 0.0 {
             return;
         }
-        ewma_update(&self.latency[mode.slot()], micros, sane_alpha(alpha));
+        let slot = mode.slot();
+        let estimate = self.latency_mean(slot).add(micros, params);
+        self.latency[slot].store(estimate.to_bits(), Relaxed);
+    }
+
+    /// The latency estimate's state for `slot`, locked (a panic elsewhere while it was held
+    /// leaves numbers, not a broken invariant, so a poisoned lock is taken as it is).
+    fn latency_mean(&self, slot: usize) -> MutexGuard<'_, LatencyMean> {
+        self.latency_means[slot]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Fold in the latency of an answer the provider gave from its prompt cache. Hits keep
@@ -241,11 +258,11 @@ impl CandidateStats {
         micros: f64,
         outcome: Outcome,
         cached: bool,
-        alpha: f64,
+        params: &RoutingParams,
     ) {
         match (outcome, cached) {
-            (Outcome::Success, false) => self.record_latency(mode, micros, alpha),
-            (Outcome::Success, true) => self.record_cached_latency(mode, micros, alpha),
+            (Outcome::Success, false) => self.record_latency(mode, micros, &params.rule.latency),
+            (Outcome::Success, true) => self.record_cached_latency(mode, micros, params.ewma_alpha),
             (Outcome::Failure | Outcome::ClientError, _) => {}
         }
     }
@@ -542,7 +559,7 @@ impl CandidateStats {
         }
     }
 
-    /// EWMA state as plain numbers (for a process-upgrade handover).
+    /// The latency and success estimates as plain numbers (for a process-upgrade handover).
     pub fn export(&self) -> StatsSnapshot {
         StatsSnapshot {
             latency_non_streaming_us: self.latency_us(Mode::NonStreaming),
@@ -551,12 +568,21 @@ impl CandidateStats {
         }
     }
 
-    /// Overwrite the EWMA state from an export. Invalid values are sanitised: bad latencies
+    /// Overwrite the latency and success estimates from an export. Invalid values are sanitised: bad latencies
     /// become cold, success is clamped to `[0, 1]` (NaN becomes 1.0). Counters are untouched.
+    /// A handed-over latency counts as one answer of a fresh estimate.
     pub fn import(&self, s: &StatsSnapshot) {
-        self.latency[Mode::NonStreaming.slot()]
-            .store(latency_bits(s.latency_non_streaming_us), Relaxed);
-        self.latency[Mode::Streaming.slot()].store(latency_bits(s.latency_streaming_us), Relaxed);
+        for (mode, latency) in [
+            (Mode::NonStreaming, s.latency_non_streaming_us),
+            (Mode::Streaming, s.latency_streaming_us),
+        ] {
+            let bits = latency_bits(latency);
+            *self.latency_mean(mode.slot()) = match bits {
+                EMPTY => LatencyMean::default(),
+                bits => LatencyMean::seeded(f64::from_bits(bits)),
+            };
+            self.latency[mode.slot()].store(bits, Relaxed);
+        }
         let success = if s.success.is_nan() {
             1.0
         } else {
@@ -691,39 +717,40 @@ impl Drop for OwnedInflightGuard {
 mod tests {
     use super::*;
 
+    const LP: LatencyParams = LatencyParams::DEFAULT;
+
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
     }
 
     #[test]
-    fn first_latency_sample_seeds_then_smooths() {
+    fn first_latency_sample_seeds_then_averages() {
         let s = CandidateStats::new();
         assert_eq!(s.latency_us(Mode::NonStreaming), None);
-        s.record_latency(Mode::NonStreaming, 1000.5, 0.3);
+        s.record_latency(Mode::NonStreaming, 1000.5, &LP);
         assert_eq!(s.latency_us(Mode::NonStreaming), Some(1000.5));
-        s.record_latency(Mode::NonStreaming, 2000.0, 0.3);
-        // 0.3*2000 + 0.7*1000.5 = 1300.35
+        s.record_latency(Mode::NonStreaming, 2000.0, &LP);
         let v = s.latency_us(Mode::NonStreaming).unwrap_or(f64::NAN);
-        assert!(close(v, 1300.35), "{v}");
+        assert!(close(v, 1500.25), "{v}");
         assert!(close(
             s.latency_ms(Mode::NonStreaming).unwrap_or(0.0),
-            1.30035
+            1.50025
         ));
     }
 
     #[test]
     fn only_a_successful_answer_moves_the_latency() {
-        let s = CandidateStats::new();
+        let (s, params) = (CandidateStats::new(), RoutingParams::default());
         let mode = Mode::NonStreaming;
         // A candidate answering 503 in 30 ms, then 400 in 5 ms, has learned no latency.
-        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, 0.4);
-        s.record_first_chunk(mode, 5_000.0, Outcome::ClientError, false, 0.4);
+        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, &params);
+        s.record_first_chunk(mode, 5_000.0, Outcome::ClientError, false, &params);
         assert_eq!(s.latency_us(mode), None);
-        s.record_first_chunk(mode, 400_000.0, Outcome::Success, false, 0.4);
-        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, 0.4);
+        s.record_first_chunk(mode, 400_000.0, Outcome::Success, false, &params);
+        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, &params);
         assert_eq!(s.latency_us(mode), Some(400_000.0));
         // A successful answer from the prompt cache goes to the cache-hit estimate.
-        s.record_first_chunk(mode, 900_000.0, Outcome::Success, true, 0.4);
+        s.record_first_chunk(mode, 900_000.0, Outcome::Success, true, &params);
         assert_eq!(s.latency_us(mode), Some(900_000.0));
     }
 
@@ -738,7 +765,7 @@ mod tests {
                 false,
                 1000.0,
                 1000.0,
-                "the first miss sets the misses' EWMA",
+                "the first miss sets the misses' estimate",
             ),
             (true, 200.0, 1000.0, "a quick hit says nothing of speed"),
             (true, 2550.0, 1400.0, "slow hits show a slowdown"),
@@ -754,14 +781,14 @@ mod tests {
                 true,
                 200.0,
                 800.0,
-                "... whose EWMA the slow hits never moved",
+                "... whose estimate the slow hits never moved",
             ),
         ];
         for (cached, sample, estimate, why) in steps {
             if cached {
                 s.record_cached_latency(mode, sample, 0.5);
             } else {
-                s.record_latency(mode, sample, 0.5);
+                s.record_latency(mode, sample, &LP);
             }
             assert_eq!(s.latency_us(mode), Some(estimate), "{why}");
         }
@@ -778,8 +805,8 @@ mod tests {
         // past the miss estimate: only the misses may say how long the queue is.
         for i in 0..400 {
             let miss = 300_000.0 + f64::from(i % 7) * 10_000.0;
-            misses_only.record_latency(mode, miss, 0.4);
-            with_slow_hits.record_latency(mode, miss, 0.4);
+            misses_only.record_latency(mode, miss, &LP);
+            with_slow_hits.record_latency(mode, miss, &LP);
             with_slow_hits.record_cached_latency(mode, 900_000.0, 0.4);
             misses_only.record_outcome(Outcome::Success, 0.4);
             with_slow_hits.record_outcome(Outcome::Success, 0.4);
@@ -798,7 +825,7 @@ mod tests {
     #[test]
     fn modes_are_independent() {
         let s = CandidateStats::new();
-        s.record_latency(Mode::Streaming, 500.0, 0.5);
+        s.record_latency(Mode::Streaming, 500.0, &LP);
         assert_eq!(s.latency_us(Mode::Streaming), Some(500.0));
         assert_eq!(s.latency_us(Mode::NonStreaming), None);
         assert_eq!(s.snapshot(Mode::NonStreaming).latency_us, None);
@@ -806,21 +833,23 @@ mod tests {
     }
 
     #[test]
-    fn alpha_one_replaces_and_bad_alpha_falls_back() {
+    fn a_step_replaces_the_published_estimate() {
         let s = CandidateStats::new();
-        s.record_latency(Mode::NonStreaming, 100.0, 1.0);
-        s.record_latency(Mode::NonStreaming, 300.0, 1.0);
-        assert_eq!(s.latency_us(Mode::NonStreaming), Some(300.0));
-        s.record_latency(Mode::NonStreaming, 400.0, f64::NAN); // uses 0.4: 160 + 180
+        for i in 0..40 {
+            s.record_latency(
+                Mode::NonStreaming,
+                100_000.0 + f64::from(i % 5) * 5_000.0,
+                &LP,
+            );
+        }
         assert!(close(
             s.latency_us(Mode::NonStreaming).unwrap_or(0.0),
-            340.0
+            110_000.0
         ));
-        s.record_latency(Mode::NonStreaming, 360.0, 7.0); // clamped to 1.0
-        assert!(close(
-            s.latency_us(Mode::NonStreaming).unwrap_or(0.0),
-            360.0
-        ));
+        for _ in 0..2 {
+            s.record_latency(Mode::NonStreaming, 300_000.0, &LP);
+        }
+        assert_eq!(s.latency_us(Mode::NonStreaming), Some(300_000.0));
     }
 
     #[test]
@@ -849,9 +878,9 @@ mod tests {
     #[test]
     fn invalid_latency_samples_ignored() {
         let s = CandidateStats::new();
-        s.record_latency(Mode::NonStreaming, f64::NAN, 0.3);
-        s.record_latency(Mode::NonStreaming, f64::INFINITY, 0.3);
-        s.record_latency(Mode::NonStreaming, -5.0, 0.3);
+        s.record_latency(Mode::NonStreaming, f64::NAN, &LP);
+        s.record_latency(Mode::NonStreaming, f64::INFINITY, &LP);
+        s.record_latency(Mode::NonStreaming, -5.0, &LP);
         assert_eq!(s.latency_us(Mode::NonStreaming), None);
     }
 
@@ -891,7 +920,7 @@ mod tests {
     fn health_states() {
         let s = CandidateStats::new();
         assert_eq!(s.health(0.5), Health::Cold);
-        s.record_latency(Mode::Streaming, 10.0, 0.3);
+        s.record_latency(Mode::Streaming, 10.0, &LP);
         assert_eq!(s.health(0.5), Health::Warm);
         s.record_outcome(Outcome::Failure, 0.6); // success 0.4, error 0.6
         assert_eq!(s.health(0.5), Health::Degraded);
@@ -921,14 +950,14 @@ mod tests {
     #[test]
     fn export_import_round_trip_and_sanitise() {
         let a = CandidateStats::new();
-        a.record_latency(Mode::NonStreaming, 1234.5, 0.3);
+        a.record_latency(Mode::NonStreaming, 1234.5, &LP);
         a.record_outcome(Outcome::Failure, 0.25);
         let snap = a.export();
         assert_eq!(snap.latency_non_streaming_us, Some(1234.5));
         assert_eq!(snap.latency_streaming_us, None);
         assert!(close(snap.success, 0.75));
         let b = CandidateStats::new();
-        b.record_latency(Mode::Streaming, 9.0, 0.3);
+        b.record_latency(Mode::Streaming, 9.0, &LP);
         b.import(&snap);
         assert_eq!(b.export(), snap);
 
@@ -958,7 +987,7 @@ mod tests {
                     for i in 0..100_000u64 {
                         let _g = s.begin();
                         let lat = 100.0 + ((i * 7 + t * 13) % 900) as f64;
-                        s.record_latency(Mode::NonStreaming, lat, 0.3);
+                        s.record_latency(Mode::NonStreaming, lat, &LP);
                         let o = if (i + t) % 3 == 0 {
                             Outcome::Failure
                         } else {
@@ -1027,7 +1056,7 @@ mod tests {
             while waiting.last().is_some_and(|(due, _)| *due <= now) {
                 let (due, guard) = waiting.pop().unwrap();
                 let took = (due - guard.sent_us()) as f64;
-                s.record_first_chunk(Mode::NonStreaming, took, Outcome::Success, false, 0.4);
+                s.record_first_chunk(Mode::NonStreaming, took, Outcome::Success, false, &params);
                 let answer = guard.first_chunk(took);
                 s.record_answer(&answer, false, &params, due);
             }
@@ -1100,7 +1129,7 @@ mod tests {
     #[test]
     fn debug_shows_values() {
         let s = CandidateStats::new();
-        s.record_latency(Mode::Streaming, 42.0, 0.3);
+        s.record_latency(Mode::Streaming, 42.0, &LP);
         let d = format!("{s:?}");
         assert!(d.contains("latency_streaming_us: Some(42.0)"), "{d}");
         assert!(d.contains("success: 1.0"), "{d}");

@@ -271,7 +271,8 @@ impl Strategy for Sturnus {
         let cached = response.cached && self.variant.prefix_affinity;
         let in_lull = lull::unqueued_sample(sent, slot, &self.variant.params.rule.lull);
         let outcome = Outcome::from_status(status);
-        stats.record_first_chunk(MODE, response.latency as f64, outcome, cached, alpha);
+        let params = &self.variant.params;
+        stats.record_first_chunk(MODE, response.latency as f64, outcome, cached, params);
         // As outcome::finish.
         match outcome {
             Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, alpha),

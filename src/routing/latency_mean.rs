@@ -1,0 +1,244 @@
+//! A candidate's latency estimate: the mean of its answers since their level last changed.
+//!
+//! An EWMA at α remembers about (2 − α) ÷ α answers whatever happens, so it is as noisy after
+//! an hour of steady answers as right after a step. This estimate averages every answer since
+//! the last change, and finds the change with a two-sided CUSUM on ln(latency) in units of the
+//! answers' own spread:
+//!
+//! - `z` = (ln latency − the mean of ln latency) ÷ max(spread, `min_spread`), where the spread
+//!   is the standard deviation of ln latency over the same answers;
+//! - `up` = max(0, `up` + z − `slack`), `down` = max(0, `down` − z − `slack`);
+//! - once either passes `threshold`, the answers before that side's run (the answers since it
+//!   last stood at 0) are dropped: the estimate becomes the mean of the run alone.
+//!
+//! A lasting shift of `δ` spreads is found after about `threshold ÷ (δ − slack)` answers (a
+//! step to twice as slow at a spread of 0.25: two answers), and answers that vary as before
+//! pass it about once in 500. Between changes every answer counts, so the shares of a steady
+//! candidate stop moving with its last few answers. The test starts once two answers have
+//! measured a spread.
+
+use serde::{Deserialize, Serialize};
+
+/// The change test's constants (`[routing.rule.latency]`, `--param latency.<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LatencyParams {
+    /// Evidence, in spreads summed over a run of answers, that makes the run a new level.
+    pub threshold: f64,
+    /// Part of a spread each answer may differ by without adding to the evidence: half the
+    /// smallest shift (one spread) the test is sized for.
+    pub slack: f64,
+    /// Least spread of ln latency the test assumes, so that a candidate answering in almost
+    /// constant time still shows a step.
+    pub min_spread: f64,
+}
+
+impl LatencyParams {
+    /// The defaults, as a constant.
+    pub const DEFAULT: LatencyParams = LatencyParams {
+        threshold: 5.0,
+        slack: 0.5,
+        min_spread: 0.05,
+    };
+}
+
+impl Default for LatencyParams {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Answers counted since one side of the test last stood at 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Run {
+    /// The side's evidence.
+    evidence: f64,
+    /// Answers in the run.
+    count: f64,
+    /// Their latencies' sum (µs).
+    sum: f64,
+    /// Their ln latencies' sum.
+    log_sum: f64,
+}
+
+impl Run {
+    /// Adds `step` to the evidence and, while it stays above 0, the answer to the run.
+    fn push(&mut self, step: f64, latency: f64, log: f64) {
+        self.evidence = (self.evidence + step).max(0.0);
+        if self.evidence == 0.0 {
+            *self = Run::default();
+        } else {
+            self.count += 1.0;
+            self.sum += latency;
+            self.log_sum += log;
+        }
+    }
+}
+
+/// The mean of a candidate's answers (one mode) since their level last changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LatencyMean {
+    /// Answers in the mean.
+    count: f64,
+    /// Their mean latency (µs).
+    mean: f64,
+    /// Their mean ln latency.
+    log_mean: f64,
+    /// The variance of ln latency about `log_mean`.
+    log_var: f64,
+    /// Evidence that the answers became slower.
+    up: Run,
+    /// Evidence that they became faster.
+    down: Run,
+}
+
+impl LatencyMean {
+    /// An estimate that starts from `latency_us` as if from one answer (a handed-over value).
+    pub fn seeded(latency_us: f64) -> Self {
+        let mut m = Self::default();
+        m.restart(1.0, latency_us, latency_us.max(1.0).ln());
+        m
+    }
+
+    /// The estimate (µs), `None` before the first answer.
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0.0).then_some(self.mean)
+    }
+
+    /// Folds in one answer's latency (µs, finite and not negative) and returns the estimate.
+    pub fn add(&mut self, latency_us: f64, p: &LatencyParams) -> f64 {
+        let log = latency_us.max(1.0).ln();
+        if self.count == 0.0 {
+            self.restart(1.0, latency_us, log);
+            return self.mean;
+        }
+        if self.count >= 2.0 {
+            let z = (log - self.log_mean) / self.log_var.sqrt().max(p.min_spread);
+            self.up.push(z - p.slack, latency_us, log);
+            self.down.push(-z - p.slack, latency_us, log);
+            let changed = [self.up, self.down]
+                .into_iter()
+                .find(|run| run.evidence > p.threshold);
+            if let Some(run) = changed {
+                self.restart(run.count, run.sum / run.count, run.log_sum / run.count);
+                return self.mean;
+            }
+        }
+        self.count += 1.0;
+        let d = log - self.log_mean;
+        self.log_mean += d / self.count;
+        self.log_var += (d * (log - self.log_mean) - self.log_var) / self.count;
+        self.mean += (latency_us - self.mean) / self.count;
+        self.mean
+    }
+
+    /// Starts a new level from `count` answers of mean `mean` and mean ln latency `log_mean`;
+    /// the spread measured so far stays.
+    fn restart(&mut self, count: f64, mean: f64, log_mean: f64) {
+        self.count = count;
+        self.mean = mean;
+        self.log_mean = log_mean;
+        self.up = Run::default();
+        self.down = Run::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: LatencyParams = LatencyParams::DEFAULT;
+
+    /// Latencies spread around `centre` by a fixed pattern of ln offsets (spread about 0.2).
+    fn jittered(centre: f64, n: usize) -> impl Iterator<Item = f64> {
+        const OFFSETS: [f64; 5] = [-0.25, 0.1, 0.3, -0.1, -0.05];
+        (0..n).map(move |i| centre * OFFSETS[i % OFFSETS.len()].exp())
+    }
+
+    fn close(a: f64, b: f64, rel: f64) -> bool {
+        (a - b).abs() <= rel * b.abs()
+    }
+
+    #[test]
+    fn the_first_answer_is_the_estimate_and_steady_answers_average() {
+        let mut m = LatencyMean::default();
+        assert_eq!(m.mean(), None);
+        assert_eq!(m.add(200_000.0, &P), 200_000.0);
+        let samples: Vec<f64> = jittered(200_000.0, 400).collect();
+        for &s in &samples[1..] {
+            m.add(s, &P);
+        }
+        let plain = (200_000.0 + samples[1..].iter().sum::<f64>()) / 400.0;
+        assert!(
+            close(m.mean().unwrap(), plain, 1e-9),
+            "{:?} vs {plain}",
+            m.mean()
+        );
+        assert_eq!(m.count, 400.0, "no change was found in steady answers");
+    }
+
+    #[test]
+    fn a_step_restarts_the_mean_from_the_answers_after_it() {
+        let mut m = LatencyMean::default();
+        for s in jittered(200_000.0, 100) {
+            m.add(s, &P);
+        }
+        let slow: Vec<f64> = jittered(600_000.0, 4).collect();
+        let mut after = Vec::new();
+        for &s in &slow {
+            after.push(m.add(s, &P));
+        }
+        assert!(
+            after[0] < 250_000.0,
+            "one slow answer is not yet a change: {after:?}"
+        );
+        assert!(m.count <= 4.0, "the old level is dropped: {}", m.count);
+        assert!(close(m.mean().unwrap(), 600_000.0, 0.15), "{:?}", m.mean());
+    }
+
+    #[test]
+    fn a_recovery_is_found_as_fast_as_a_slowdown() {
+        let mut m = LatencyMean::default();
+        for s in jittered(900_000.0, 200) {
+            m.add(s, &P);
+        }
+        let mut steps = 0;
+        for s in jittered(300_000.0, 10) {
+            steps += 1;
+            if m.add(s, &P) < 450_000.0 {
+                break;
+            }
+        }
+        assert!(steps <= 2, "found after {steps} answers");
+    }
+
+    #[test]
+    fn a_constant_latency_still_shows_a_step() {
+        let mut m = LatencyMean::default();
+        for _ in 0..50 {
+            m.add(100_000.0, &P);
+        }
+        m.add(150_000.0, &P);
+        assert_eq!(m.mean(), Some(150_000.0));
+    }
+
+    #[test]
+    fn a_lone_outlier_moves_the_mean_by_its_share() {
+        let mut m = LatencyMean::default();
+        for s in jittered(200_000.0, 100) {
+            m.add(s, &P);
+        }
+        let before = m.mean().unwrap();
+        m.add(200_000.0 * 0.6f64.exp(), &P);
+        assert!(m.count > 100.0, "3 spreads in one answer is not a change");
+        assert!(close(m.mean().unwrap(), before, 0.01));
+    }
+
+    #[test]
+    fn seeded_counts_as_one_answer() {
+        let mut m = LatencyMean::seeded(500_000.0);
+        assert_eq!(m.mean(), Some(500_000.0));
+        m.add(300_000.0, &P);
+        assert_eq!(m.mean(), Some(400_000.0));
+    }
+}
