@@ -1,9 +1,9 @@
 //! A candidate's latency estimate: the mean of its answers since their level last changed.
 //!
-//! An EWMA at α remembers about (2 − α) ÷ α answers whatever happens, so it is as noisy after
-//! an hour of steady answers as right after a step. This estimate averages every answer since
-//! the last change, and finds the change with a two-sided CUSUM on ln(latency) in units of the
-//! answers' own spread:
+//! An EWMA at a fixed α remembers about (2 − α) ÷ α answers whatever happens, so it is as noisy
+//! after an hour of steady answers as right after a step. This one gives the n-th answer since
+//! the last change a weight of 1 ÷ n (their plain mean) down to `min_weight`, and finds the
+//! change with a two-sided CUSUM on ln(latency) in units of the answers' own spread:
 //!
 //! - `z` = (ln latency − the mean of ln latency) ÷ max(spread, `min_spread`), where the spread
 //!   is the standard deviation of ln latency over the same answers;
@@ -13,8 +13,8 @@
 //!
 //! A lasting shift of `δ` spreads is found after about `threshold ÷ (δ − slack)` answers (a
 //! step to twice as slow at a spread of 0.25: two answers), and answers that vary as before
-//! pass it about once in 500. Between changes every answer counts, so the shares of a steady
-//! candidate stop moving with its last few answers. The test starts once two answers have
+//! pass it about once in 500. Between changes the last hundred answers count, so the shares of
+//! a steady candidate stop moving with its last few. The test starts once two answers have
 //! measured a spread.
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,10 @@ pub struct LatencyParams {
     /// Least spread of ln latency the test assumes, so that a candidate answering in almost
     /// constant time still shows a step.
     pub min_spread: f64,
+    /// Least weight of a new answer: the mean is an EWMA at this weight once it has
+    /// `1 ÷ min_weight` answers, so it remembers about a hundred and still follows a drift too
+    /// slow for the test to find.
+    pub min_weight: f64,
 }
 
 impl LatencyParams {
@@ -39,12 +43,22 @@ impl LatencyParams {
         threshold: 5.0,
         slack: 0.5,
         min_spread: 0.05,
+        min_weight: 0.02,
     };
 }
 
 impl Default for LatencyParams {
     fn default() -> Self {
         Self::DEFAULT
+    }
+}
+
+/// The most answers the mean counts: a new answer weighs at least `min_weight`.
+fn memory(p: &LatencyParams) -> f64 {
+    if p.min_weight > 0.0 && p.min_weight <= 1.0 {
+        1.0 / p.min_weight
+    } else {
+        f64::INFINITY
     }
 }
 
@@ -121,10 +135,11 @@ impl LatencyMean {
                 .find(|run| run.evidence > p.threshold);
             if let Some(run) = changed {
                 self.restart(run.count, run.sum / run.count, run.log_sum / run.count);
+                self.count = self.count.min(memory(p));
                 return self.mean;
             }
         }
-        self.count += 1.0;
+        self.count = (self.count + 1.0).min(memory(p));
         let d = log - self.log_mean;
         self.log_mean += d / self.count;
         self.log_var += (d * (log - self.log_mean) - self.log_var) / self.count;
@@ -160,7 +175,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_answer_is_the_estimate_and_steady_answers_average() {
+    fn steady_answers_average_then_weigh_at_least_min_weight() {
         let mut m = LatencyMean::default();
         assert_eq!(m.mean(), None);
         assert_eq!(m.add(200_000.0, &P), 200_000.0);
@@ -168,13 +183,14 @@ mod tests {
         for &s in &samples[1..] {
             m.add(s, &P);
         }
-        let plain = (200_000.0 + samples[1..].iter().sum::<f64>()) / 400.0;
-        assert!(
-            close(m.mean().unwrap(), plain, 1e-9),
-            "{:?} vs {plain}",
-            m.mean()
-        );
-        assert_eq!(m.count, 400.0, "no change was found in steady answers");
+        // No change is found: the first 50 answers' plain mean, then an EWMA at min_weight.
+        let mut expected = (200_000.0 + samples[1..50].iter().sum::<f64>()) / 50.0;
+        for &s in &samples[50..] {
+            expected += (s - expected) * P.min_weight;
+        }
+        let got = m.mean().unwrap();
+        assert!(close(got, expected, 1e-9), "{got} vs {expected}");
+        assert_eq!(m.count, 50.0);
     }
 
     #[test]
@@ -223,15 +239,17 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_outlier_moves_the_mean_by_its_share() {
+    fn a_lone_outlier_moves_the_mean_by_its_weight() {
         let mut m = LatencyMean::default();
         for s in jittered(200_000.0, 100) {
             m.add(s, &P);
         }
         let before = m.mean().unwrap();
-        m.add(200_000.0 * 0.6f64.exp(), &P);
-        assert!(m.count > 100.0, "3 spreads in one answer is not a change");
-        assert!(close(m.mean().unwrap(), before, 0.01));
+        let outlier = 200_000.0 * 0.6f64.exp();
+        m.add(outlier, &P);
+        assert_eq!(m.count, 50.0, "3 spreads in one answer is not a change");
+        let expected = before + (outlier - before) * P.min_weight;
+        assert!(close(m.mean().unwrap(), expected, 1e-9));
     }
 
     #[test]
