@@ -294,7 +294,7 @@ pub fn markdown(report: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "\"sturnus\": {}. \"latency only, k 3\": exploit_k 3, ewma_alpha 0.3, no waiting age, Retry-After ignored, no congestion discount.\n",
+        "\"sturnus\": {}. \"latency only, k 3\": exploit_k 3, latency and success EWMAs at 0.3, no waiting age, Retry-After ignored, no congestion discount.\n",
         report.sturnus
     );
     for sc in &report.scenarios {

@@ -11,6 +11,7 @@ use super::clock::{Micros, MS, SEC};
 use super::conversations::Turn;
 use super::provider::{Providers, Reply, Response};
 use super::strategy::Strategy;
+use crate::routing::latency_mean::LatencyParams;
 use crate::routing::lull::{self, Slot};
 use crate::routing::{
     self, CandidateStats, ErrorKind, Mode, Outcome, OwnedInflightGuard, QuotaKind, RoutingParams,
@@ -43,9 +44,15 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// The plain rule as a baseline: `exploit_k` 3, `ewma_alpha` 0.3, no waiting-age tracking,
-    /// `Retry-After` ignored, no congestion discount (latency and outcome are all it records).
+    /// The plain rule as a baseline: `exploit_k` 3, latency and success EWMAs at 0.3 (the
+    /// latency's change test off), no waiting-age tracking, `Retry-After` ignored, no congestion
+    /// discount (latency and outcome are all it records).
     pub fn latency_only() -> Variant {
+        let plain_ewma = LatencyParams {
+            threshold: f64::INFINITY,
+            min_weight: 0.3,
+            ..LatencyParams::DEFAULT
+        };
         Variant {
             label: "latency only, k 3",
             params: RoutingParams {
@@ -53,7 +60,10 @@ impl Variant {
                 exploit_k: 3.0,
                 probe_floor: 0.02,
                 error_threshold: 0.5,
-                rule: RuleParams::default(),
+                rule: RuleParams {
+                    latency: plain_ewma,
+                    ..RuleParams::default()
+                },
             },
             wait_age: false,
             retry_after: false,
