@@ -7,7 +7,7 @@
 //!   after it has overtaken is a lower bound on the latency the candidate gives *now*: when
 //!   it slows down, or its queue fills because every sidecar rushed to it, the requests sent
 //!   since stay unanswered and that age grows, before any slow answer is back. The selector
-//!   charges it, less a slack of half the EWMA, when that exceeds the EWMA.
+//!   charges it, less a slack of half the latency estimate, when that exceeds the estimate.
 //! - Back-off: a `429` with `Retry-After` sets a deadline before which the candidate gets no
 //!   traffic at all (not even the probe floor). Once it passes, the candidate is on
 //!   *probation* until its next successful answer: a limit is often renewed, and every request
@@ -30,8 +30,8 @@ use std::sync::Mutex;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WaitAgeParams {
-    /// Part of the latency EWMA taken off the open age before it counts: the open age raises
-    /// the latency a pick charges once it exceeds 1.5 × the EWMA. A lone request is as old as
+    /// Part of the latency estimate taken off the open age before it counts: the open age
+    /// raises the latency a pick charges once it exceeds 1.5 × the estimate. A lone request is as old as
     /// its own latency before it answers, so without the slack every request that runs a
     /// little long would charge its candidate more while it waits.
     pub slack: f64,
