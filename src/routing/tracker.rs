@@ -301,12 +301,14 @@ impl CandidateStats {
     ) {
         let i = answer.mode.slot();
         if self.congestion_on {
+            // The level is the misses' latency estimate, which this answer's first chunk fed.
+            let level = load_latency(&self.latency[i]).unwrap_or(answer.latency_us);
             self.congestion.answer(
                 answer.mode,
                 answer.latency_us,
+                level,
                 in_lull,
                 answer.probe,
-                sane_alpha(params.ewma_alpha),
                 Some(at_us),
                 &params.rule.congestion,
             );
