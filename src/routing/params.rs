@@ -149,8 +149,8 @@ pub struct RoutingParams {
 
 impl Default for RoutingParams {
     /// The defaults chosen with `sturnus simulate` (see docs/routing.md): with the waiting age,
-    /// a sharp exponent and a fast EWMA win the incident scenarios, and the congestion discount
-    /// keeps them from herding.
+    /// a sharp exponent and estimates that follow a change within a few answers win the
+    /// incident scenarios, and the congestion discount keeps them from herding.
     fn default() -> Self {
         Self {
             ewma_alpha: 0.4,
