@@ -155,6 +155,20 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_table_overrides_the_latency_estimates_change_test() {
+        let (cfg, problems) = read("[routing.rule.latency]\nthreshold = 8\nmin_weight = 0.05\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(cfg.rule.latency.threshold, 8.0);
+        assert_eq!(cfg.rule.latency.min_weight, 0.05);
+        assert_eq!(
+            cfg.rule.latency.slack, 0.5,
+            "the others keep their defaults"
+        );
+        let (_, problems) = read("[routing.rule.latency]\nthreshhold = 8\n");
+        assert!(!problems.is_empty(), "a misspelt constant is reported");
+    }
+
+    #[test]
     fn out_of_range_values_are_all_reported() {
         let (_, problems) = read(
             "[routing]\newma_alpha = 0\nexploit_k = 21\nprobe_floor = 0.6\nerror_threshold = nan\n\
