@@ -31,9 +31,9 @@ use std::sync::Mutex;
 #[serde(default, deny_unknown_fields)]
 pub struct WaitAgeParams {
     /// Part of the latency estimate taken off the open age before it counts: the open age
-    /// raises the latency a pick charges once it exceeds 1.5 × the estimate. A lone request is as old as
-    /// its own latency before it answers, so without the slack every request that runs a
-    /// little long would charge its candidate more while it waits.
+    /// raises the latency a pick charges once it exceeds 1.5 × the estimate. A lone request
+    /// is as old as its own latency before it answers, so without the slack every request
+    /// that runs a little long would charge its candidate more while it waits.
     pub slack: f64,
 }
 
