@@ -570,9 +570,9 @@ impl CandidateStats {
         }
     }
 
-    /// Overwrite the latency and success estimates from an export. Invalid values are sanitised: bad latencies
-    /// become cold, success is clamped to `[0, 1]` (NaN becomes 1.0). Counters are untouched.
-    /// A handed-over latency counts as one answer of a fresh estimate.
+    /// Overwrite the latency and success estimates from an export. Invalid values are
+    /// sanitised: bad latencies become cold, success is clamped to `[0, 1]` (NaN becomes 1.0).
+    /// Counters are untouched. A handed-over latency counts as one answer of a fresh estimate.
     pub fn import(&self, s: &StatsSnapshot) {
         for (mode, latency) in [
             (Mode::NonStreaming, s.latency_non_streaming_us),
