@@ -13,7 +13,7 @@ pub fn render(second: u64, app: &App, counts: &[Counts]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "t={second:>2}s  {total:>4} req/s   candidate              share  served  ttfc ewma  success"
+        "t={second:>2}s  {total:>4} req/s   candidate              share  served    latency  success"
     );
     for (i, candidate) in alias.candidates.iter().enumerate() {
         let c = counts.get(i).copied().unwrap_or_default();
