@@ -221,8 +221,11 @@ impl CandidateStats {
             return;
         }
         let slot = mode.slot();
-        let estimate = self.latency_mean(slot).add(micros, params);
+        // Published under the lock, so concurrent answers publish in the order they folded in.
+        let mut mean = self.latency_mean(slot);
+        let estimate = mean.add(micros, params);
         self.latency[slot].store(estimate.to_bits(), Relaxed);
+        drop(mean);
     }
 
     /// The latency estimate's state for `slot`, locked (a panic elsewhere while it was held
