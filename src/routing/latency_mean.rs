@@ -5,8 +5,11 @@
 //! the last change a weight of 1 ÷ n (their plain mean) down to `min_weight`, and finds the
 //! change with a two-sided CUSUM on ln(latency) in units of the answers' own spread:
 //!
-//! - `z` = (ln latency − the mean of ln latency) ÷ max(spread, `min_spread`), where the spread
-//!   is the standard deviation of ln latency over the same answers;
+//! - `z` = (ln latency − the mean of ln latency) ÷ max(spread × √((1 + ρ) ÷ (1 − ρ)),
+//!   `min_spread`), where the spread is the standard deviation of ln latency over the same
+//!   answers and ρ the lag-1 correlation of their deviations (at least 0, at most
+//!   `max_correlation`): answers that move in runs, as a queue's do, vary over a run by that
+//!   factor more than independent answers would, so their wandering is not read as a change;
 //! - `up` = max(0, `up` + z − `slack`), `down` = max(0, `down` − z − `slack`);
 //! - once either passes `threshold`, the answers before that side's run (the answers since it
 //!   last stood at 0) are dropped: the estimate becomes the mean of the run alone.
@@ -31,6 +34,9 @@ pub struct LatencyParams {
     /// Least spread of ln latency the test assumes, so that a candidate answering in almost
     /// constant time still shows a step.
     pub min_spread: f64,
+    /// Largest lag-1 correlation of the answers the spread is widened for (√19 ≈ 4.4 × at 0.9),
+    /// so that answers that move in long runs still show a step of a few spreads.
+    pub max_correlation: f64,
     /// Least weight of a new answer: the mean is an EWMA at this weight once it has
     /// `1 ÷ min_weight` answers, so it remembers about a hundred and still follows a drift too
     /// slow for the test to find.
@@ -43,6 +49,7 @@ impl LatencyParams {
         threshold: 5.0,
         slack: 0.5,
         min_spread: 0.05,
+        max_correlation: 0.9,
         min_weight: 0.02,
     };
 }
@@ -100,6 +107,10 @@ pub struct LatencyMean {
     log_mean: f64,
     /// The variance of ln latency about `log_mean`.
     log_var: f64,
+    /// The covariance of consecutive answers' deviations from `log_mean`.
+    lag_cov: f64,
+    /// The latest answer's deviation from `log_mean`; `None` right after a change.
+    last_deviation: Option<f64>,
     /// Evidence that the answers became slower.
     up: Run,
     /// Evidence that they became faster.
@@ -127,7 +138,7 @@ impl LatencyMean {
             return self.mean;
         }
         if self.count >= 2.0 {
-            let z = (log - self.log_mean) / self.log_var.sqrt().max(p.min_spread);
+            let z = (log - self.log_mean) / self.long_run_spread(p);
             self.up.push(z - p.slack, latency_us, log);
             self.down.push(-z - p.slack, latency_us, log);
             let changed = [self.up, self.down]
@@ -141,20 +152,39 @@ impl LatencyMean {
         }
         self.count = (self.count + 1.0).min(memory(p));
         let d = log - self.log_mean;
+        if let Some(previous) = self.last_deviation {
+            self.lag_cov += (d * previous - self.lag_cov) / self.count;
+        }
+        self.last_deviation = Some(d);
         self.log_mean += d / self.count;
         self.log_var += (d * (log - self.log_mean) - self.log_var) / self.count;
         self.mean += (latency_us - self.mean) / self.count;
         self.mean
     }
 
+    /// The unit of the change test: the spread of ln latency, widened for answers that
+    /// correlate with the one before (the long-run spread of an AR(1) series), at least
+    /// `min_spread`.
+    fn long_run_spread(&self, p: &LatencyParams) -> f64 {
+        let rho = if self.log_var > 0.0 {
+            (self.lag_cov / self.log_var)
+                .min(p.max_correlation)
+                .max(0.0)
+        } else {
+            0.0
+        };
+        (self.log_var.sqrt() * ((1.0 + rho) / (1.0 - rho)).sqrt()).max(p.min_spread)
+    }
+
     /// Starts a new level from `count` answers of mean `mean` and mean ln latency `log_mean`;
-    /// the spread measured so far stays.
+    /// the spread and correlation measured so far stay.
     fn restart(&mut self, count: f64, mean: f64, log_mean: f64) {
         self.count = count;
         self.mean = mean;
         self.log_mean = log_mean;
         self.up = Run::default();
         self.down = Run::default();
+        self.last_deviation = None;
     }
 }
 
@@ -250,6 +280,74 @@ mod tests {
         assert_eq!(m.count, 50.0, "3 spreads in one answer is not a change");
         let expected = before + (outlier - before) * P.min_weight;
         assert!(close(m.mean().unwrap(), expected, 1e-9));
+    }
+
+    /// Latencies around `centre` whose ln moves as an AR(1) series: lag-1 correlation `rho`,
+    /// spread `spread` (normal draws by Box–Muller from a fixed seed).
+    fn in_runs(centre: f64, spread: f64, rho: f64, n: usize) -> Vec<f64> {
+        use crate::routing::rng::{RngSource, SplitMix64};
+        let mut rng = SplitMix64::new(7);
+        let innovation = spread * (1.0 - rho * rho).sqrt();
+        let mut x = 0.0;
+        (0..n)
+            .map(|_| {
+                let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
+                let normal = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
+                x = rho * x + innovation * normal;
+                centre * x.exp()
+            })
+            .collect()
+    }
+
+    /// How many times the estimate starts over on `samples`.
+    fn restarts(samples: &[f64], p: &LatencyParams) -> usize {
+        let mut m = LatencyMean::default();
+        let mut restarts = 0;
+        for &s in samples {
+            let before = m.count;
+            m.add(s, p);
+            if m.count < before {
+                restarts += 1;
+            }
+        }
+        restarts
+    }
+
+    #[test]
+    fn answers_that_move_in_runs_are_not_read_as_changes() {
+        // A queue's latency wanders: each answer stays near the one before.
+        let wandering = in_runs(300_000.0, 0.25, 0.8, 5_000);
+        let uncorrected = LatencyParams {
+            max_correlation: 0.0,
+            ..P
+        };
+        let (with, without) = (restarts(&wandering, &P), restarts(&wandering, &uncorrected));
+        assert!(
+            with * 5 < without,
+            "{with} restarts against {without} without the correction"
+        );
+        // Independent answers of the same spread restart as rarely as before.
+        let independent = in_runs(300_000.0, 0.25, 0.0, 5_000);
+        assert!(restarts(&independent, &P) <= 20);
+    }
+
+    #[test]
+    fn a_step_after_answers_that_moved_in_runs_is_still_found() {
+        let mut m = LatencyMean::default();
+        for s in in_runs(200_000.0, 0.25, 0.8, 500) {
+            m.add(s, &P);
+        }
+        let mut steps = 0;
+        for s in jittered(1_000_000.0, 20) {
+            steps += 1;
+            if m.add(s, &P) > 600_000.0 {
+                break;
+            }
+        }
+        assert!(
+            steps <= 4,
+            "a step to five times as slow found after {steps} answers"
+        );
     }
 
     #[test]
