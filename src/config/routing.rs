@@ -156,10 +156,13 @@ mod tests {
 
     #[test]
     fn a_rule_table_overrides_the_latency_estimates_change_test() {
-        let (cfg, problems) = read("[routing.rule.latency]\nthreshold = 8\nmin_weight = 0.05\n");
+        let (cfg, problems) = read(
+            "[routing.rule.latency]\nthreshold = 8\nmin_weight = 0.05\nmax_correlation = 0.5\n",
+        );
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(cfg.rule.latency.threshold, 8.0);
         assert_eq!(cfg.rule.latency.min_weight, 0.05);
+        assert_eq!(cfg.rule.latency.max_correlation, 0.5);
         assert_eq!(
             cfg.rule.latency.slack, 0.5,
             "the others keep their defaults"
