@@ -179,10 +179,8 @@ pub struct LatencyMean {
     mean: f64,
     /// Their mean ln latency.
     log_mean: f64,
-    /// The variance of ln latency about `log_mean`.
-    log_var: f64,
-    /// How consecutive answers' deviations from `log_mean` go together.
-    lag: Lag,
+    /// The answers' spread about `log_mean`, and how their consecutive deviations go together.
+    unit: Unit,
     /// The latest answer's deviation from `log_mean`; `None` right after a change.
     last_deviation: Option<f64>,
     /// Evidence that the answers became slower.
@@ -214,7 +212,7 @@ impl LatencyMean {
         if self.count >= 2.0 {
             // Each side measures in the unit it had when its run began, so that a change's own
             // answers do not widen the unit that is to find it.
-            let now = self.unit();
+            let now = self.unit;
             let deviation = log - self.log_mean;
             let up = deviation / self.up.unit_or(now).long_run_spread(p);
             let down = -deviation / self.down.unit_or(now).long_run_spread(p);
@@ -224,7 +222,7 @@ impl LatencyMean {
                 .into_iter()
                 .find(|run| run.evidence > p.threshold);
             if let Some(run) = changed {
-                self.lag = run.unit.lag;
+                self.unit.lag = run.unit.lag;
                 self.restart(run.count, run.sum / run.count, run.log_sum / run.count);
                 self.count = self.count.min(memory(p));
                 return self.mean;
@@ -233,21 +231,13 @@ impl LatencyMean {
         self.count = (self.count + 1.0).min(memory(p));
         let d = log - self.log_mean;
         if let Some(previous) = self.last_deviation {
-            self.lag.add(d, previous, p);
+            self.unit.lag.add(d, previous, p);
         }
         self.last_deviation = Some(d);
         self.log_mean += d / self.count;
-        self.log_var += (d * (log - self.log_mean) - self.log_var) / self.count;
+        self.unit.log_var += (d * (log - self.log_mean) - self.unit.log_var) / self.count;
         self.mean += (latency_us - self.mean) / self.count;
         self.mean
-    }
-
-    /// The answers' spread and correlation as they stand.
-    fn unit(&self) -> Unit {
-        Unit {
-            log_var: self.log_var,
-            lag: self.lag,
-        }
     }
 
     /// Starts a new level from `count` answers of mean `mean` and mean ln latency `log_mean`;
