@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use sturnus::catalog::Catalog;
 use sturnus::config::Config;
-use sturnus::routing::{Mode, Outcome};
+use sturnus::routing::{Mode, Outcome, RoutingParams};
 
 const CONFIG: &str = r#"
 [provider.a]
@@ -47,7 +47,8 @@ fn warm_catalog() -> Arc<Catalog> {
                 150_000.0 + 40_000.0 * i as f64,
                 &catalog.params.rule.latency,
             );
-            c.stats.record_outcome(Outcome::Success, 0.3);
+            c.stats
+                .record_outcome(Outcome::Success, 0, &RoutingParams::default());
         }
     }
     Arc::new(catalog)
@@ -62,7 +63,7 @@ fn request_cycle(catalog: &Catalog, n: u64) {
     let _inflight = stats.begin();
     let sample = 150_000.0 + (n % 97) as f64 * 1_000.0;
     stats.record_latency(Mode::NonStreaming, sample, &catalog.params.rule.latency);
-    stats.record_outcome(Outcome::Success, catalog.params.ewma_alpha);
+    stats.record_outcome(Outcome::Success, 0, &catalog.params);
 }
 
 fn select(c: &mut Criterion) {

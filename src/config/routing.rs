@@ -172,6 +172,18 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_table_sets_how_often_the_success_rate_changes() {
+        let (cfg, problems) = read("[routing.rule.success]\nchange_every_s = 300\nmax_runs = 8\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(cfg.rule.success.change_every_s, 300.0);
+        assert_eq!(cfg.rule.success.max_runs, 8);
+        assert_eq!(
+            cfg.rule.success.prior, 0.5,
+            "the others keep their defaults"
+        );
+    }
+
+    #[test]
     fn out_of_range_values_are_all_reported() {
         let (_, problems) = read(
             "[routing]\newma_alpha = 0\nexploit_k = 21\nprobe_floor = 0.6\nerror_threshold = nan\n\

@@ -273,9 +273,11 @@ mod tests {
         old.candidates[0]
             .stats
             .record_latency(Mode::Streaming, 700.0, &LatencyParams::DEFAULT);
-        old.candidates[0]
-            .stats
-            .record_outcome(Outcome::Failure, 0.5);
+        old.candidates[0].stats.record_outcome(
+            Outcome::Failure,
+            0,
+            &crate::routing::RoutingParams::default(),
+        );
         old.candidates[1]
             .stats
             .record_latency(Mode::NonStreaming, 9.0, &LatencyParams::DEFAULT);

@@ -298,7 +298,7 @@ fn record_outcome(ctx: &RequestCtx, failure: Option<ErrorKind>, params: &Routing
     };
     let stats = &route.candidate.stats;
     if let Some(kind) = failure {
-        stats.record_failure(kind, unix_ms(), params.ewma_alpha);
+        stats.record_failure(kind, unix_ms(), now_us(), params);
         return;
     }
     if let Some(status) = ctx.status {
@@ -309,9 +309,9 @@ fn record_outcome(ctx: &RequestCtx, failure: Option<ErrorKind>, params: &Routing
             } else {
                 ErrorKind::Status
             };
-            stats.record_failure(kind, unix_ms(), params.ewma_alpha);
+            stats.record_failure(kind, unix_ms(), now_us(), params);
         } else {
-            stats.record_outcome(outcome, params.ewma_alpha);
+            stats.record_outcome(outcome, now_us(), params);
             if let (Outcome::Success, Some((answer, in_lull))) = (outcome, &ctx.answer) {
                 stats.record_answer(answer, *in_lull, params, now_us());
             }

@@ -14,6 +14,7 @@ use super::lull::LullParams;
 use super::pressure::WaitAgeParams;
 use super::quota::QuotaParams;
 use super::selector::sane_k;
+use super::success_rate::SuccessParams;
 use serde::{Deserialize, Serialize};
 
 /// The constants of a candidate's score ([`super::selector`]).
@@ -52,6 +53,8 @@ pub struct RuleParams {
     pub score: ScoreParams,
     /// The latency estimate's test for a change of level ([`super::latency_mean`]).
     pub latency: LatencyParams,
+    /// The success rate's changes ([`super::success_rate`]).
+    pub success: SuccessParams,
     /// The waiting age of requests still without a first chunk ([`super::pressure`]).
     pub wait_age: WaitAgeParams,
     /// The load charge of our own requests in flight ([`super::load`]).

@@ -1030,8 +1030,14 @@ mod tests {
         if let Some(l) = lat {
             s.record_latency(Mode::NonStreaming, l, &LatencyParams::DEFAULT);
         }
+        // The success rate as an EWMA at 0.3, so that the tests below state its values.
+        let mut ewma = RoutingParams {
+            ewma_alpha: 0.3,
+            ..RoutingParams::default()
+        };
+        ewma.rule.success.change_every_s = 0.0;
         for _ in 0..failures {
-            s.record_outcome(Outcome::Failure, 0.3);
+            s.record_outcome(Outcome::Failure, 0, &ewma);
         }
         s
     }
@@ -1223,7 +1229,7 @@ mod tests {
         }
         // Candidate 0 fails twice: the next pick moves each smoothed share a third of the way.
         for _ in 0..2 {
-            cands[0].record_outcome(Outcome::Failure, p.ewma_alpha);
+            cands[0].record_outcome(Outcome::Failure, 0, &p);
         }
         let after_shares = shares_for_at(&cands, Mode::NonStreaming, &p, 0);
         let partway: Vec<f64> = before_shares
@@ -1316,7 +1322,7 @@ mod tests {
         // Candidate 0 starts failing: its share falls to the floor and its conversations move;
         // the others' conversations stay where they were.
         for _ in 0..4 {
-            cands[0].record_outcome(Outcome::Failure, p.ewma_alpha);
+            cands[0].record_outcome(Outcome::Failure, 0, &p);
         }
         let after: Vec<usize> = keys.iter().map(|&k| on(&cands, k, 0, &mut rng)).collect();
         let still = after.iter().filter(|&&i| i == 0).count();
@@ -1528,6 +1534,9 @@ mod tests {
         let p = RoutingParams::default();
         let mut rng = SplitMix64::new(3);
         let cands = vec![stats(Some(100.0), 0), stats(Some(150.0), 0)];
+        for _ in 0..20 {
+            cands[0].record_outcome(Outcome::Success, 0, &p);
+        }
         cands[0].back_off_until(1_000);
         for _ in 0..200 {
             let c = choose_at(&cands, Mode::NonStreaming, None, &p, 999, &mut rng);
@@ -1540,10 +1549,10 @@ mod tests {
         // through, and then the faster candidate is back in front.
         let after = shares_for_at(&cands, Mode::NonStreaming, &p, 1_000);
         assert!((after[0] - p.probe_floor).abs() < 1e-12, "{after:?}");
-        cands[0].record_outcome(Outcome::Failure, 0.4);
+        cands[0].record_outcome(Outcome::Failure, 1_000, &p);
         let failed = shares_for_at(&cands, Mode::NonStreaming, &p, 1_000);
         assert!((failed[0] - p.probe_floor).abs() < 1e-12, "{failed:?}");
-        cands[0].record_outcome(Outcome::Success, 0.4);
+        cands[0].record_outcome(Outcome::Success, 1_000, &p);
         let back = shares_for_at(&cands, Mode::NonStreaming, &p, 1_000);
         assert!(back[0] > back[1], "{back:?}");
         // A request to it that has waited 1 000 µs (estimate 2 000) sends traffic away: it

@@ -13,6 +13,7 @@ use super::load::Load;
 use super::params::RoutingParams;
 use super::pressure::Pressure;
 use super::quota::{QuotaKind, QuotaParams, QuotaView, Quotas};
+use super::success_rate::SuccessRate;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,8 +116,8 @@ pub struct CandidateStats {
     /// Latency EWMA of the answers from the provider's prompt cache, per [`Mode`] slot; it
     /// counts in the estimate only while it is above `latency` (or `latency` is empty).
     hit_latency: [AtomicU64; 2],
-    /// Success-rate EWMA (f64 bits), starts at 1.0.
-    success: AtomicU64,
+    /// Success rate, 1.0 before any outcome (see [`super::success_rate`]).
+    success: SuccessRate,
     /// Requests currently in flight.
     inflight: AtomicU64,
     /// Last error: kind index + 1 in the top 8 bits, unix ms in the low 56; 0 = never.
@@ -189,7 +190,7 @@ impl CandidateStats {
             latency: [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)],
             latency_means: Default::default(),
             hit_latency: [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)],
-            success: AtomicU64::new(1.0f64.to_bits()),
+            success: SuccessRate::default(),
             inflight: AtomicU64::new(0),
             last_error: AtomicU64::new(0),
             requests: AtomicU64::new(0),
@@ -270,24 +271,30 @@ impl CandidateStats {
         }
     }
 
-    /// Count an attempt and move the success EWMA (only for `Success`/`Failure`).
-    pub fn record_outcome(&self, outcome: Outcome, alpha: f64) {
+    /// Count an attempt and move the success rate (only for `Success`/`Failure`), at `now_us`
+    /// on the routing clock.
+    pub fn record_outcome(&self, outcome: Outcome, now_us: u64, params: &RoutingParams) {
         self.requests.fetch_add(1, Relaxed);
-        let sample = match outcome {
+        let success = match outcome {
             Outcome::Success => {
                 self.pressure.succeeded();
-                1.0
+                true
             }
             Outcome::Failure => {
                 self.failures.fetch_add(1, Relaxed);
-                0.0
+                false
             }
             Outcome::ClientError => {
                 self.client_errors.fetch_add(1, Relaxed);
                 return;
             }
         };
-        ewma_update(&self.success, sample, sane_alpha(alpha));
+        self.success.observe(
+            success,
+            now_us,
+            &params.rule.success,
+            sane_alpha(params.ewma_alpha),
+        );
     }
 
     /// Folds a successful, not prompt-cached answer into what is learned of queueing: the
@@ -330,10 +337,17 @@ impl CandidateStats {
         self.last_error.store(packed, Relaxed);
     }
 
-    /// Convenience for a failed attempt: `record_outcome(Failure)` plus `record_error`.
-    pub fn record_failure(&self, kind: ErrorKind, now_ms: u64, alpha: f64) {
-        self.record_outcome(Outcome::Failure, alpha);
-        self.record_error(kind, now_ms);
+    /// Convenience for a failed attempt: `record_outcome(Failure)` at `now_us` (routing
+    /// clock) plus `record_error` at `unix_ms`.
+    pub fn record_failure(
+        &self,
+        kind: ErrorKind,
+        unix_ms: u64,
+        now_us: u64,
+        params: &RoutingParams,
+    ) {
+        self.record_outcome(Outcome::Failure, now_us, params);
+        self.record_error(kind, unix_ms);
     }
 
     /// Latest error kind and its unix time in ms, if any failure was recorded.
@@ -509,7 +523,7 @@ impl CandidateStats {
     /// Success-rate EWMA in `[0, 1]`.
     #[inline]
     pub fn success(&self) -> f64 {
-        f64::from_bits(self.success.load(Relaxed))
+        self.success.get()
     }
 
     /// Error rate `1 - success`, the quantity compared with `error_threshold`.
@@ -575,7 +589,8 @@ impl CandidateStats {
 
     /// Overwrite the latency and success estimates from an export. Invalid values are
     /// sanitised: bad latencies become cold, success is clamped to `[0, 1]` (NaN becomes 1.0).
-    /// Counters are untouched. A handed-over latency counts as one answer of a fresh estimate.
+    /// Counters are untouched. A handed-over latency counts as one answer of a fresh estimate,
+    /// a handed-over success rate as one outcome.
     pub fn import(&self, s: &StatsSnapshot) {
         for (mode, latency) in [
             (Mode::NonStreaming, s.latency_non_streaming_us),
@@ -593,7 +608,7 @@ impl CandidateStats {
         } else {
             s.success.clamp(0.0, 1.0)
         };
-        self.success.store(success.to_bits(), Relaxed);
+        self.success.seed(success, 1.0);
     }
 }
 
@@ -724,6 +739,17 @@ mod tests {
 
     const LP: LatencyParams = LatencyParams::DEFAULT;
 
+    /// The defaults with the success rate as an EWMA at `alpha`, for tests of the tracker's
+    /// bookkeeping rather than of the estimate ([`super::super::success_rate`] tests that).
+    fn ewma(alpha: f64) -> RoutingParams {
+        let mut p = RoutingParams {
+            ewma_alpha: alpha,
+            ..RoutingParams::default()
+        };
+        p.rule.success.change_every_s = 0.0;
+        p
+    }
+
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
     }
@@ -813,9 +839,9 @@ mod tests {
             misses_only.record_latency(mode, miss, &LP);
             with_slow_hits.record_latency(mode, miss, &LP);
             with_slow_hits.record_cached_latency(mode, 900_000.0, 0.4);
-            misses_only.record_outcome(Outcome::Success, 0.4);
-            with_slow_hits.record_outcome(Outcome::Success, 0.4);
-            with_slow_hits.record_outcome(Outcome::Success, 0.4);
+            misses_only.record_outcome(Outcome::Success, 0, &RoutingParams::default());
+            with_slow_hits.record_outcome(Outcome::Success, 0, &RoutingParams::default());
+            with_slow_hits.record_outcome(Outcome::Success, 0, &RoutingParams::default());
         }
         assert!(
             with_slow_hits.latency_us(mode) > misses_only.latency_us(mode),
@@ -890,14 +916,14 @@ mod tests {
     }
 
     #[test]
-    fn success_ewma_moves_only_on_success_and_failure() {
+    fn success_moves_only_on_success_and_failure() {
         let s = CandidateStats::new();
         assert_eq!(s.success(), 1.0);
-        s.record_outcome(Outcome::Failure, 0.3);
+        s.record_outcome(Outcome::Failure, 0, &ewma(0.3));
         assert!(close(s.success(), 0.7));
-        s.record_outcome(Outcome::ClientError, 0.3);
+        s.record_outcome(Outcome::ClientError, 0, &ewma(0.3));
         assert!(close(s.success(), 0.7));
-        s.record_outcome(Outcome::Success, 0.3);
+        s.record_outcome(Outcome::Success, 0, &ewma(0.3));
         assert!(close(s.success(), 0.79));
         assert!(close(s.error_rate(), 0.21));
         assert_eq!(s.requests(), 3);
@@ -911,7 +937,7 @@ mod tests {
         assert_eq!(s.last_error(), None);
         s.record_error(ErrorKind::Tls, 1_700_000_000_123);
         assert_eq!(s.last_error(), Some((ErrorKind::Tls, 1_700_000_000_123)));
-        s.record_failure(ErrorKind::Status, 5, 0.5);
+        s.record_failure(ErrorKind::Status, 5, 0, &ewma(0.5));
         assert_eq!(s.last_error(), Some((ErrorKind::Status, 5)));
         assert_eq!(s.failures(), 1);
         assert!(close(s.success(), 0.5));
@@ -927,11 +953,11 @@ mod tests {
         assert_eq!(s.health(0.5), Health::Cold);
         s.record_latency(Mode::Streaming, 10.0, &LP);
         assert_eq!(s.health(0.5), Health::Warm);
-        s.record_outcome(Outcome::Failure, 0.6); // success 0.4, error 0.6
+        s.record_outcome(Outcome::Failure, 0, &ewma(0.6)); // success 0.4, error 0.6
         assert_eq!(s.health(0.5), Health::Degraded);
         assert_eq!(s.health(0.7), Health::Warm);
         let never_connected = CandidateStats::new();
-        never_connected.record_failure(ErrorKind::Connect, 1, 1.0);
+        never_connected.record_failure(ErrorKind::Connect, 1, 0, &RoutingParams::default());
         assert_eq!(never_connected.health(0.5), Health::Degraded);
         assert_eq!(Health::Cold.as_str(), "cold");
         assert_eq!(Health::Degraded.as_str(), "degraded");
@@ -956,7 +982,7 @@ mod tests {
     fn export_import_round_trip_and_sanitise() {
         let a = CandidateStats::new();
         a.record_latency(Mode::NonStreaming, 1234.5, &LP);
-        a.record_outcome(Outcome::Failure, 0.25);
+        a.record_outcome(Outcome::Failure, 0, &ewma(0.25));
         let snap = a.export();
         assert_eq!(snap.latency_non_streaming_us, Some(1234.5));
         assert_eq!(snap.latency_streaming_us, None);
@@ -998,7 +1024,7 @@ mod tests {
                         } else {
                             Outcome::Success
                         };
-                        s.record_outcome(o, 0.3);
+                        s.record_outcome(o, i, &RoutingParams::default());
                     }
                 })
             })
@@ -1167,8 +1193,8 @@ mod tests {
                 .collect();
             // Outcomes in reverse order, a second later, 10 ms apart.
             for (k, (guard, answer)) in answers.into_iter().rev().enumerate() {
-                stats.record_outcome(Outcome::Success, 0.4);
                 let at = round_start + 1_000_000 + 10_000 * k as u64;
+                stats.record_outcome(Outcome::Success, at, &RoutingParams::default());
                 stats.record_answer(&answer, false, &RoutingParams::default(), at);
                 drop(guard);
             }

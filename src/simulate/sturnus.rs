@@ -13,6 +13,7 @@ use super::provider::{Providers, Reply, Response};
 use super::strategy::Strategy;
 use crate::routing::latency_mean::LatencyParams;
 use crate::routing::lull::{self, Slot};
+use crate::routing::success_rate::SuccessParams;
 use crate::routing::{
     self, CandidateStats, ErrorKind, Mode, Outcome, OwnedInflightGuard, QuotaKind, RoutingParams,
     RuleParams, SplitMix64, WaitGuard,
@@ -45,7 +46,7 @@ pub struct Variant {
 
 impl Variant {
     /// The plain rule as a baseline: `exploit_k` 3, latency and success EWMAs at 0.3 (the
-    /// latency's change test off), no waiting-age tracking, `Retry-After` ignored, no congestion
+    /// estimates' change tests off), no waiting-age tracking, `Retry-After` ignored, no congestion
     /// discount (latency and outcome are all it records).
     pub fn latency_only() -> Variant {
         let plain_ewma = LatencyParams {
@@ -62,6 +63,10 @@ impl Variant {
                 error_threshold: 0.5,
                 rule: RuleParams {
                     latency: plain_ewma,
+                    success: SuccessParams {
+                        change_every_s: 0.0,
+                        ..SuccessParams::DEFAULT
+                    },
                     ..RuleParams::default()
                 },
             },
@@ -249,7 +254,6 @@ impl Strategy for Sturnus {
                 .record(MODE, response.cached, &self.variant.params.rule.keyed);
         }
         let stats = &self.stats[p];
-        let alpha = self.variant.params.ewma_alpha;
         let (status, retry_after_s) = match response.reply {
             Reply::Ok => (200, None),
             Reply::Status {
@@ -285,9 +289,9 @@ impl Strategy for Sturnus {
         stats.record_first_chunk(MODE, response.latency as f64, outcome, cached, params);
         // As outcome::finish.
         match outcome {
-            Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, alpha),
+            Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, now, params),
             outcome => {
-                stats.record_outcome(outcome, alpha);
+                stats.record_outcome(outcome, now, params);
                 if let (Outcome::Success, Some(answer), false) = (outcome, answer, cached) {
                     stats.record_answer(&answer, in_lull, &self.variant.params, now);
                 }
