@@ -136,7 +136,8 @@ impl RuleParams {
 /// Tunables of the routing algorithm: the config's `[routing]` keys and the rule's constants.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoutingParams {
-    /// EWMA smoothing in (0, 1]: new = alpha*sample + (1-alpha)*old.
+    /// EWMA smoothing in (0, 1] (new = alpha*sample + (1-alpha)*old) of the prompt-cache hits'
+    /// latency, and of success while the success rate's change points are off.
     pub ewma_alpha: f64,
     /// Exploitation exponent k: raw weight = (best_effective / effective)^k.
     pub exploit_k: f64,

@@ -49,7 +49,7 @@ impl SuccessParams {
 
     /// True when the change-point estimate is in use (otherwise the EWMA is).
     pub fn enabled(&self) -> bool {
-        self.change_every_s > 0.0 && self.max_runs > 0 && self.prior > 0.0
+        self.change_every_s > 0.0 && self.max_runs > 0 && self.prior > 0.0 && self.prior.is_finite()
     }
 }
 
