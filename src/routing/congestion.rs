@@ -23,9 +23,10 @@
 //!   measured at, scaled to the candidate's own jitter, the standard deviation of its
 //!   log-latency over about 50 answers: `low_z`) it is a second estimate of the idle
 //!   latency;
-//! - an **unqueued latency**: an EWMA (`unqueued_alpha`) of the answers to requests sent
-//!   while the whole fleet lightened the candidate ([`super::lull`]), its queue empty, raised
-//!   by `unqueued_margin` ÷ √n for its few answers, and counted once it has
+//! - an **unqueued latency**: the mean of the answers to requests sent while the whole fleet
+//!   lightened the candidate ([`super::lull`]), its queue empty, each new one weighing at
+//!   least `unqueued_alpha` (about the last forty), raised by `unqueued_margin` ÷ √n for its
+//!   few answers, and counted once it has
 //!   `unqueued_min`: what the candidate does when the fleet sends it less, measured rather
 //!   than inferred;
 //! - a **reference**: the lowest of the floor, the envelope's estimate and the unqueued
@@ -108,12 +109,15 @@ pub struct CongestionParams {
     pub gain: f64,
     /// Discount taken off per answer per unit below `target`.
     pub relief: f64,
-    /// Smoothing of the unqueued latency (per answer sent in a lull): a few lulls of memory.
+    /// Least weight of a new answer sent in a lull in the unqueued latency (the plain mean of
+    /// the first `1 / unqueued_alpha`): its memory, about forty lull answers at 0.05, keeps its
+    /// noise (σ ÷ √40 ≈ 4 % at σ 0.25) at half the discount's `target`, so that sidecars whose
+    /// references differ by noise alone do not steer apart.
     pub unqueued_alpha: f64,
     /// Answers sent in lulls before the unqueued latency counts towards the reference.
     pub unqueued_min: u64,
     /// Relative uncertainty of one lull answer: the unqueued latency of `n` answers is raised by
-    /// `unqueued_margin / √n` (`n` counted up to the EWMA's memory, `(2 − α) / α` ≈ 5.7 answers),
+    /// `unqueued_margin / √n` (`n` counted up to the EWMA's memory, `(2 − α) / α` = 39 answers),
     /// so that its jitter does not read as a queue on a candidate that has none.
     pub unqueued_margin: f64,
     /// Largest discount (weight × e^-8 ≈ 0.03%; a candidate 1.75× faster has e^(6 ln 1.75) ≈ 29×
@@ -145,7 +149,7 @@ impl CongestionParams {
         target: 0.08,
         gain: 0.3,
         relief: 4.0,
-        unqueued_alpha: 0.3,
+        unqueued_alpha: 0.05,
         unqueued_min: 3,
         unqueued_margin: 0.1,
         max_discount: 8.0,
