@@ -11,9 +11,10 @@
 //!   `h = 1 − e^(−Δt / change_every_s)`: a change is a matter of time, not of traffic;
 //! - each outcome multiplies every run's probability by how well that run's outcomes predict
 //!   it (a Beta-Bernoulli predictive with `prior` pseudo-outcomes of each kind, Jeffreys's ½),
-//!   and the mass `h` of every run moves to a new, empty run;
-//! - the estimate is the expected share of successes over the runs, an empty run counting as
-//!   fully successful (as a cold candidate does).
+//!   and the mass `h` of every run moves to a new run that this outcome starts (predicted by
+//!   the prior alone, ½ either way);
+//! - the estimate is the expected share of successes over the runs; before any outcome it is
+//!   1, as for a cold candidate.
 //!
 //! A steady rate is then the share over thousands of outcomes, so a lone proxy's shares hold
 //! still even beside a candidate that fails a third of its requests; a candidate that never
