@@ -266,11 +266,21 @@ mod tests {
             .collect()
     }
 
+    /// A fresh estimate, its draws from `seed`, and the clock at 0.
+    fn start(seed: u64) -> (Runs, SplitMix64, u64) {
+        (Runs::default(), SplitMix64::new(seed), 0)
+    }
+
+    /// `start(seed)` after 200 successes 40 ms apart.
+    fn healthy(seed: u64) -> (Runs, SplitMix64, u64) {
+        let (mut s, mut rng, mut t) = start(seed);
+        feed(&mut s, &mut rng, 1.0, 200, 40, &mut t);
+        (s, rng, t)
+    }
+
     #[test]
     fn a_candidate_that_never_failed_stays_at_one() {
-        let mut s = Runs::default();
-        let mut rng = SplitMix64::new(1);
-        let mut t = 0;
+        let (mut s, mut rng, mut t) = start(1);
         let est = feed(&mut s, &mut rng, 1.0, 500, 40, &mut t);
         assert!(est.iter().all(|&e| e == 1.0), "{:?}", &est[..5]);
     }
@@ -287,9 +297,7 @@ mod tests {
         // After the first minute, 98 % of the estimates lie within ±0.07 of 2/3; an EWMA at
         // 0.4 fed the same outcomes spreads over 0.1..1. Rare runs of failures (eight in a
         // row, as an outage would start) still move it for a moment.
-        let mut s = Runs::default();
-        let mut rng = SplitMix64::new(7);
-        let mut t = 0;
+        let (mut s, mut rng, mut t) = start(7);
         let (mut ours, mut ewma, mut e) = (Vec::new(), Vec::new(), 1.0);
         for i in 0..6_000 {
             t += 40 * MS;
@@ -309,10 +317,7 @@ mod tests {
 
     #[test]
     fn a_healthy_candidate_that_starts_failing_drops_within_two_outcomes() {
-        let mut s = Runs::default();
-        let mut rng = SplitMix64::new(3);
-        let mut t = 0;
-        feed(&mut s, &mut rng, 1.0, 200, 40, &mut t);
+        let (mut s, mut rng, mut t) = healthy(3);
         let est = feed(&mut s, &mut rng, 0.0, 3, 40, &mut t);
         assert!(est[1] < 0.4, "{est:?}");
         assert!(est[2] < 0.2, "{est:?}");
@@ -320,10 +325,7 @@ mod tests {
 
     #[test]
     fn a_candidate_back_from_an_outage_recovers_within_a_few_successes() {
-        let mut s = Runs::default();
-        let mut rng = SplitMix64::new(4);
-        let mut t = 0;
-        feed(&mut s, &mut rng, 1.0, 200, 40, &mut t);
+        let (mut s, mut rng, mut t) = healthy(4);
         let down = feed(&mut s, &mut rng, 0.0, 30, 1_000, &mut t);
         assert!(*down.last().unwrap() < 0.01, "{down:?}");
         // Probes a second apart, all successful again.
@@ -360,9 +362,7 @@ mod tests {
 
     #[test]
     fn run_lengths_stay_bounded() {
-        let mut s = Runs::default();
-        let mut rng = SplitMix64::new(9);
-        let mut t = 0;
+        let (mut s, mut rng, mut t) = start(9);
         feed(&mut s, &mut rng, 0.5, 2_000, 100, &mut t);
         assert!(s.runs.len() <= P.max_runs);
         let sum: f64 = s.runs.iter().map(|r| r.probability).sum();
