@@ -13,7 +13,9 @@
 //! - a **floor**: the lowest value of a steady EWMA (`steady_alpha`; the plain mean of the
 //!   first answers until it has 50), each value raised by `confidence / √n` so a lucky
 //!   start does not set it, and rising by `floor_rise` per second of answers: the candidate's latency
-//!   when nothing queues, as this sidecar first saw it;
+//!   when nothing queues, as this sidecar first saw it. The EWMA takes the answers in the
+//!   order their requests were sent ([`super::send_order`]): a busy proxy hears a burst's
+//!   fastest answers first, and their mean would set the floor far below the candidate's;
 //! - a **low envelope**: a streaming estimate of a very low quantile (`low_quantile`) of the
 //!   answers, which falls by about `low_step` at each answer below it and rises by
 //!   `low_step × low_quantile` at each answer above it: it follows the fastest answers the
@@ -36,7 +38,9 @@
 //!   `spread_alpha` of their covariance over the jitter's variance) by more than
 //!   `correlation_z` standard errors of the estimate for answers that do not: a queue lasts
 //!   from one answer to the next, jitter is drawn afresh for each;
-//! - a **discount** `d`: with excess = level ÷ reference − 1, each answer adds `gain` ×
+//! - a **discount** `d`: with excess = ln(level ÷ reference), the unit the shares weigh
+//!   latency in (a queue twice as long as another adds twice as much, a tenfold slowdown
+//!   ln 10 ≈ 2.3, not 9), each answer adds `gain` ×
 //!   (excess − `target`) when the excess is above the target and lasting, takes off as much
 //!   when it is above the target but does not last (a floor set low by a lucky start reads as
 //!   a permanent excess, and only the lasting test tells it from a queue), or takes off
@@ -58,6 +62,7 @@
 //! only successful answers feed it, since a fast 503 is not a short queue.
 
 use super::attempt::Mode;
+use super::send_order::SendOrder;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -103,7 +108,8 @@ pub struct CongestionParams {
     /// (`√(spread_alpha ÷ (2 − spread_alpha))`, 0.1): a queue lasts from one answer to the
     /// next, jitter does not.
     pub correlation_z: f64,
-    /// Queueing above the reference (as a fraction of it) the discount steers towards.
+    /// Queueing above the reference the discount steers towards, as ln(level ÷ reference)
+    /// (0.08: about 8 % above it).
     pub target: f64,
     /// Discount added per answer per unit of excess above `target`.
     pub gain: f64,
@@ -129,6 +135,9 @@ pub struct CongestionParams {
     pub period_us: u64,
     /// Most periods one answer's step may stand for (after a silence).
     pub max_periods: f64,
+    /// Most answers held back for the floor's send order (a memory bound: past it the oldest
+    /// join anyway; 0 takes answers in the order they come).
+    pub max_held: usize,
 }
 
 impl CongestionParams {
@@ -155,6 +164,7 @@ impl CongestionParams {
         max_discount: 8.0,
         period_us: 1_000_000,
         max_periods: 5.0,
+        max_held: 4096,
     };
 }
 
@@ -170,7 +180,11 @@ const EMPTY: u64 = u64::MAX;
 /// Per-mode congestion state of one candidate.
 #[derive(Debug)]
 pub(crate) struct Congestion {
+    /// The steady EWMA whose lowest value is the floor, fed in send order, and how many
+    /// answers it has folded in, per mode.
     steady: [AtomicU64; 2],
+    in_order: [AtomicU64; 2],
+    send_order: [SendOrder; 2],
     /// Successful answers folded in, per mode.
     answers: [AtomicU64; 2],
     floor: [AtomicU64; 2],
@@ -199,6 +213,8 @@ impl Default for Congestion {
         let empty = || [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)];
         Self {
             steady: empty(),
+            in_order: [AtomicU64::new(0), AtomicU64::new(0)],
+            send_order: Default::default(),
             answers: [AtomicU64::new(0), AtomicU64::new(0)],
             floor: empty(),
             low: empty(),
@@ -216,7 +232,6 @@ impl Default for Congestion {
 }
 
 /// Reads an f64 cell; `None` when empty.
-#[cfg(test)]
 fn load(cell: &AtomicU64) -> Option<f64> {
     match cell.load(Relaxed) {
         EMPTY => None,
@@ -247,24 +262,41 @@ fn ewma(old: Option<f64>, sample: f64, alpha: f64) -> f64 {
     old.map_or(sample, |o| o + alpha * (sample - o))
 }
 
+/// One successful answer, as the congestion discount reads it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sample {
+    /// Its latency (µs).
+    pub latency_us: f64,
+    /// The candidate's latency estimate with it (µs): the level.
+    pub level_us: f64,
+    /// When its request was sent (µs, the routing clock).
+    pub sent_us: u64,
+    /// The send time of the oldest request of the mode still waiting for its first chunk.
+    pub oldest_waiting_us: Option<u64>,
+    /// Its request was sent in the candidate's lull.
+    pub in_lull: bool,
+    /// The pick sent it at the probe floor: it never adds to the discount.
+    pub probe: bool,
+}
+
 impl Congestion {
-    /// Folds in one successful answer of `mode` that took `x` µs, `level` being the
-    /// candidate's latency estimate with it: `unqueued` when its request was sent in the
-    /// candidate's lull, `probe` when the pick sent it at the probe floor (it never adds to the
-    /// discount); `at_us` is when it came (the routing clock), which scales the discount's step
-    /// by the time since the previous answer (see `period_us`); `None` takes one `period_us`
-    /// per answer.
-    #[allow(clippy::too_many_arguments)]
+    /// Folds in one successful answer of `mode`; `at_us` is when it came (the routing clock),
+    /// which scales the discount's step by the time since the previous answer (see
+    /// `period_us`); `None` takes one `period_us` per answer.
     pub(crate) fn answer(
         &self,
         mode: Mode,
-        x: f64,
-        level: f64,
-        unqueued: bool,
-        probe: bool,
+        answer: &Sample,
         at_us: Option<u64>,
         p: &CongestionParams,
     ) {
+        let Sample {
+            latency_us: x,
+            level_us: level,
+            in_lull: unqueued,
+            probe,
+            ..
+        } = *answer;
         if !(x.is_finite() && x >= 0.0 && level.is_finite() && level >= 0.0) {
             return;
         }
@@ -280,7 +312,7 @@ impl Congestion {
         // The EWMAs start as the plain mean of the first answers.
         let n = self.answers[i].fetch_add(1, Relaxed) + 1;
         let first = 1.0 / n as f64;
-        let steady = update(&self.steady[i], |o| ewma(o, x, p.steady_alpha.max(first)));
+        let steady = self.steady_in_send_order(i, answer, p);
         let step = p.low_step.max(p.low_start * first);
         let low = update(&self.low[i], |o| {
             o.map_or(x, |q| {
@@ -313,10 +345,13 @@ impl Congestion {
         };
         let standard_error = (p.spread_alpha / (2.0 - p.spread_alpha)).sqrt();
         let lasting = correlation > p.correlation_z * standard_error;
+        let (Some(steady), in_order) = steady else {
+            return;
+        };
         if n < p.warm_answers {
             return;
         }
-        let settled = (n as f64).min(1.0 / p.steady_alpha);
+        let settled = (in_order.max(1) as f64).min(1.0 / p.steady_alpha);
         let candidate = steady * (1.0 + p.confidence / settled.sqrt());
         let floor = update(&self.floor[i], |o| {
             o.map_or(candidate, |f| {
@@ -329,7 +364,7 @@ impl Congestion {
             .map_or(inferred, |u| inferred.min(u));
         self.reference[i].store(reference.to_bits(), Relaxed);
         let excess = if reference > 0.0 {
-            level / reference - 1.0
+            (level / reference).max(f64::MIN_POSITIVE).ln()
         } else {
             0.0
         };
@@ -345,6 +380,30 @@ impl Congestion {
         update(&self.discount[i], |d| {
             (d.unwrap_or(0.0) + step * periods).clamp(0.0, p.max_discount)
         });
+    }
+
+    /// The steady EWMA of mode slot `i` once the answers this one lets through in send order
+    /// are folded in ([`SendOrder`]), and how many answers it has folded in all; `None` while
+    /// it has none.
+    fn steady_in_send_order(
+        &self,
+        i: usize,
+        answer: &Sample,
+        p: &CongestionParams,
+    ) -> (Option<f64>, u64) {
+        self.send_order[i].answer(
+            answer.sent_us,
+            answer.latency_us,
+            answer.oldest_waiting_us,
+            p.max_held,
+            |x| {
+                let n = self.in_order[i].fetch_add(1, Relaxed) + 1;
+                update(&self.steady[i], |o| {
+                    ewma(o, x, p.steady_alpha.max(1.0 / n as f64))
+                });
+            },
+        );
+        (load(&self.steady[i]), self.in_order[i].load(Relaxed))
     }
 
     /// The unqueued latency of mode slot `i`, with its margin, once it has `unqueued_min`
@@ -409,13 +468,25 @@ mod tests {
 
     impl Fed {
         fn feed(&self, x: f64, unqueued: bool, probe: bool, at_us: Option<u64>) {
-            let level = if x.is_finite() && x >= 0.0 {
+            let sample = Sample {
+                latency_us: x,
+                level_us: 0.0,
+                sent_us: 0,
+                oldest_waiting_us: None,
+                in_lull: unqueued,
+                probe,
+            };
+            self.feed_sample(sample, at_us, &P);
+        }
+
+        fn feed_sample(&self, mut sample: Sample, at_us: Option<u64>, p: &CongestionParams) {
+            let x = sample.latency_us;
+            sample.level_us = if x.is_finite() && x >= 0.0 {
                 self.latency.borrow_mut().add(x, &LatencyParams::DEFAULT)
             } else {
                 x
             };
-            self.congestion
-                .answer(NS, x, level, unqueued, probe, at_us, &P);
+            self.congestion.answer(NS, &sample, at_us, p);
         }
 
         fn level(&self) -> f64 {
@@ -499,6 +570,45 @@ mod tests {
     /// An answer log-normal around `median` µs with σ = 0.25 (the simulator's jitter).
     fn jittered(rng: &mut SplitMix64, median: f64) -> f64 {
         log_normal(rng, median, 0.25)
+    }
+
+    /// The floor after a busy proxy's burst: `n` requests sent 1 µs apart, all in flight
+    /// together, each answer folded in when it comes (fastest first) with the oldest request
+    /// still waiting then.
+    fn floor_after_burst(n: u64, p: &CongestionParams) -> (f64, f64) {
+        let mut rng = SplitMix64::new(7);
+        let latency: Vec<f64> = (0..n).map(|_| jittered(&mut rng, 200_000.0)).collect();
+        let mut by_arrival: Vec<u64> = (0..n).collect();
+        by_arrival.sort_by(|&a, &b| {
+            (a as f64 + latency[a as usize]).total_cmp(&(b as f64 + latency[b as usize]))
+        });
+        let mut waiting: std::collections::BTreeSet<u64> = (0..n).collect();
+        let c = Fed::default();
+        for k in by_arrival {
+            waiting.remove(&k);
+            let sample = Sample {
+                latency_us: latency[k as usize],
+                level_us: 0.0,
+                sent_us: k,
+                oldest_waiting_us: waiting.first().copied(),
+                in_lull: false,
+                probe: false,
+            };
+            c.feed_sample(sample, None, p);
+        }
+        let mean = latency.iter().sum::<f64>() / n as f64;
+        (load(&c.floor[NS.slot()]).unwrap_or(0.0), mean)
+    }
+
+    #[test]
+    fn a_burst_answering_fastest_first_does_not_set_the_floor() {
+        // In send order the floor is the mean of a prefix of the burst, with its margin.
+        let (floor, mean) = floor_after_burst(300, &P);
+        assert!(floor > 0.85 * mean, "floor {floor:.0} mean {mean:.0}");
+        // In the order answers come, the burst's fastest set it far below the mean.
+        let arrival = CongestionParams { max_held: 0, ..P };
+        let (floor, mean) = floor_after_burst(300, &arrival);
+        assert!(floor < 0.75 * mean, "floor {floor:.0} mean {mean:.0}");
     }
 
     fn level_and_low(c: &Fed) -> (f64, f64) {

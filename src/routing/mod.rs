@@ -40,6 +40,7 @@ pub mod quota;
 pub mod rendezvous;
 pub mod rng;
 pub mod selector;
+pub mod send_order;
 pub mod success_rate;
 pub mod tracker;
 

@@ -151,6 +151,15 @@ impl Pressure {
         });
     }
 
+    /// Send time of the oldest request of `mode` still waiting for its first chunk, if any.
+    pub(crate) fn oldest_waiting(&self, mode: Mode) -> Option<u64> {
+        let open = match self.waiting[mode.slot()].open.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        open.sent.front().copied()
+    }
+
     /// True when scoring this candidate needs the current time.
     #[inline]
     pub(crate) fn active(&self) -> bool {
@@ -239,8 +248,11 @@ mod tests {
         // One that gives up without an answer overtakes nothing.
         p.end(NS, 6_000, false);
         assert_eq!(p.open_age_us(NS, 9_000), None);
+        // Overtaken or not, the straggler is still the oldest request waiting.
+        assert_eq!(p.oldest_waiting(NS), Some(1_000));
         p.end(NS, 1_000, false);
         assert!(!p.active());
+        assert_eq!(p.oldest_waiting(NS), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! a few arithmetic operations and published to its atomic.
 
 use super::attempt::{ErrorKind, Mode, Outcome};
-use super::congestion::Congestion;
+use super::congestion::{self, Congestion};
 use super::latency_mean::{LatencyMean, LatencyParams};
 use super::load::Load;
 use super::params::RoutingParams;
@@ -313,15 +313,16 @@ impl CandidateStats {
         if self.congestion_on {
             // The level is the misses' latency estimate, which this answer's first chunk fed.
             let level = load_latency(&self.latency[i]).unwrap_or(answer.latency_us);
-            self.congestion.answer(
-                answer.mode,
-                answer.latency_us,
-                level,
+            let sample = congestion::Sample {
+                latency_us: answer.latency_us,
+                level_us: level,
+                sent_us: answer.sent_us,
+                oldest_waiting_us: self.pressure.oldest_waiting(answer.mode),
                 in_lull,
-                answer.probe,
-                Some(at_us),
-                &params.rule.congestion,
-            );
+                probe: answer.probe,
+            };
+            self.congestion
+                .answer(answer.mode, &sample, Some(at_us), &params.rule.congestion);
         }
         self.load[i].answer(
             answer.inflight_at_send,
