@@ -180,11 +180,8 @@ const EMPTY: u64 = u64::MAX;
 /// Per-mode congestion state of one candidate.
 #[derive(Debug)]
 pub(crate) struct Congestion {
-    /// The steady EWMA whose lowest value is the floor, fed in send order, and how many
-    /// answers it has folded in, per mode.
+    /// The steady EWMA whose lowest value is the floor, fed in send order, per mode.
     steady: [AtomicU64; 2],
-    in_order: [AtomicU64; 2],
-    send_order: [SendOrder; 2],
     /// Successful answers folded in, per mode.
     answers: [AtomicU64; 2],
     floor: [AtomicU64; 2],
@@ -206,6 +203,9 @@ pub(crate) struct Congestion {
     /// EWMA of the answers sent in lulls, and how many there were, per mode.
     unqueued: [AtomicU64; 2],
     unqueued_answers: [AtomicU64; 2],
+    /// Answers held for the floor's send order, and how many the steady EWMA has folded in.
+    send_order: [SendOrder; 2],
+    in_order: [AtomicU64; 2],
 }
 
 impl Default for Congestion {
