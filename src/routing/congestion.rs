@@ -213,8 +213,6 @@ impl Default for Congestion {
         let empty = || [AtomicU64::new(EMPTY), AtomicU64::new(EMPTY)];
         Self {
             steady: empty(),
-            in_order: [AtomicU64::new(0), AtomicU64::new(0)],
-            send_order: Default::default(),
             answers: [AtomicU64::new(0), AtomicU64::new(0)],
             floor: empty(),
             low: empty(),
@@ -227,6 +225,8 @@ impl Default for Congestion {
             unqueued: empty(),
             unqueued_answers: [AtomicU64::new(0), AtomicU64::new(0)],
             reference: empty(),
+            send_order: Default::default(),
+            in_order: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
 }
