@@ -39,8 +39,8 @@
 //!   `correlation_z` standard errors of the estimate for answers that do not: a queue lasts
 //!   from one answer to the next, jitter is drawn afresh for each;
 //! - a **discount** `d`: with excess = ln(level ÷ reference), the unit the shares weigh
-//!   latency in (a queue twice as long as another adds twice as much, a tenfold slowdown
-//!   ln 10 ≈ 2.3, not 9), each answer adds `gain` ×
+//!   latency in (a tenfold slowdown is an excess of ln 10 ≈ 2.3, not 9; near the target the
+//!   two agree), each answer adds `gain` ×
 //!   (excess − `target`) when the excess is above the target and lasting, takes off as much
 //!   when it is above the target but does not last (a floor set low by a lucky start reads as
 //!   a permanent excess, and only the lasting test tells it from a queue), or takes off
