@@ -4,7 +4,7 @@
 //! *before* Pingora sends it the listening sockets; the new process, started with `-u`, receives
 //! the sockets in its bootstrap and then imports the snapshot, so it never starts cold. A
 //! candidate is matched by provider name and model: one still in the new config keeps its latency
-//! and success EWMAs, one no longer configured is dropped, a new one starts cold. Counters
+//! estimates and success rate, one no longer configured is dropped, a new one starts cold. Counters
 //! (requests, failures) start from zero. The file is removed once read, and a snapshot older than
 //! [`MAX_AGE`] is ignored, so a stale one from an upgrade that never completed cannot leak in.
 

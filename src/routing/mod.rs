@@ -2,7 +2,7 @@
 //!
 //! Self-contained: depends on no other sturnus module and takes plain parameters.
 //! - [`attempt`]: what the proxy reports of one upstream attempt (mode, outcome, error kind).
-//! - [`tracker`]: per-candidate stats (latency estimate per mode, success EWMA, in-flight, last
+//! - [`tracker`]: per-candidate stats (latency estimate per mode, success rate, in-flight, last
 //!   error, counters) shared by every alias listing the candidate, read by a pick without locks.
 //! - [`latency_mean`]: the latency estimate, the mean of a candidate's answers since their level
 //!   last changed.

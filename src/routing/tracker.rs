@@ -50,9 +50,9 @@ impl Health {
 /// [`super::shares`] and the picks alike).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Snapshot {
-    /// Latency EWMA in microseconds; `None` while cold in this mode.
+    /// Latency estimate in microseconds; `None` while cold in this mode.
     pub latency_us: Option<f64>,
-    /// Success-rate EWMA in `[0, 1]`; 0 on probation after a back-off
+    /// Success rate in `[0, 1]`; 0 on probation after a back-off
     /// ([`CandidateStats::on_probation`]).
     pub success: f64,
     /// Age (µs) of this mode's oldest request still waiting for its first chunk that no request
@@ -102,7 +102,7 @@ pub struct StatsSnapshot {
     pub latency_non_streaming_us: Option<f64>,
     /// Streaming latency estimate in microseconds, handed over the same way (`None` = cold).
     pub latency_streaming_us: Option<f64>,
-    /// Success-rate EWMA in `[0, 1]`.
+    /// Success rate in `[0, 1]`, handed over as one outcome.
     pub success: f64,
 }
 
@@ -521,7 +521,7 @@ impl CandidateStats {
         }
     }
 
-    /// Success-rate EWMA in `[0, 1]`.
+    /// Success rate in `[0, 1]` ([`super::success_rate`]).
     #[inline]
     pub fn success(&self) -> f64 {
         self.success.get()
