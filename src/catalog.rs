@@ -113,7 +113,7 @@ impl Alias {
         .unwrap_or(Choice {
             index: 0,
             pinned_honoured: false,
-            probe: false,
+            drawn: Default::default(),
         })
     }
 

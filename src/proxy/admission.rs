@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::body;
 use crate::observe::metrics::RouteReason;
 use crate::providers::Provider;
-use crate::routing::{ErrorKind, Mode};
+use crate::routing::{Drawn, ErrorKind, Mode};
 use bytes::Bytes;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::Result;
@@ -126,9 +126,9 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
     let follow_up = responses
         .then(|| held_object::follow_up(&inspected, &received))
         .flatten();
-    let (index, reason, conversation, probe) = match &follow_up {
+    let (index, reason, conversation, drawn) = match &follow_up {
         Some(held) => match alias.holder_position(&held.holder) {
-            Some(index) => (index, RouteReason::HeldObject, None, false),
+            Some(index) => (index, RouteReason::HeldObject, None, Drawn::default()),
             None => {
                 let err = ApiError::previous_response_elsewhere(&held.id, &alias.name);
                 respond::error(session, &ctx.request_id, &err, true).await?;
@@ -151,7 +151,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
                 (false, Some(_)) => RouteReason::PrefixAffinity,
                 (false, None) => RouteReason::Pick,
             };
-            (choice.index, reason, conversation, choice.probe)
+            (choice.index, reason, conversation, choice.drawn)
         }
     };
     let candidate = &alias.candidates[index];
@@ -176,7 +176,7 @@ pub async fn admit(session: &mut Session, app: &App, ctx: &mut RequestCtx) -> Re
             reason,
             holder: responses.then_some(candidate.holder),
             keyed_hits: keyed.then(|| std::sync::Arc::clone(&alias.keyed_hits)),
-            probe,
+            drawn,
         },
         path_and_query,
         spliced_len,

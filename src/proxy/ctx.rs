@@ -8,7 +8,7 @@ use crate::observe::metrics::RouteReason;
 use crate::observe::trace::{self, TraceContext};
 use crate::observe::Tracked;
 use crate::routing::lull::Slot;
-use crate::routing::{Answer, ErrorKind, KeyedHits, Mode, OwnedInflightGuard, WaitGuard};
+use crate::routing::{Answer, Drawn, ErrorKind, KeyedHits, Mode, OwnedInflightGuard, WaitGuard};
 use pingora::http::RequestHeader;
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,9 +36,9 @@ pub struct Route {
     pub metrics: Tracked,
     /// Why the candidate was chosen (logged as `route`, counted in `sturnus_routes_total`).
     pub reason: RouteReason,
-    /// The pick sent it at the probe floor ([`crate::routing::Choice::probe`]): its answer
-    /// never adds to the candidate's congestion discount.
-    pub probe: bool,
+    /// How the pick's draw placed it ([`crate::routing::Drawn`]): what its answer may add to
+    /// the candidate's congestion discount.
+    pub drawn: Drawn,
     /// For a Responses API answer: the candidate's holder tag, which the response ids in the
     /// answer get ([`crate::body::id_splice`]).
     pub holder: Option<HolderTag>,

@@ -21,7 +21,7 @@ use crate::body::Inspected;
 use crate::catalog::Alias;
 use crate::observe::metrics::RouteReason;
 use crate::routing::lull::Slot;
-use crate::routing::{KeyedHits, Mode};
+use crate::routing::{Drawn, KeyedHits, Mode};
 use pingora_core::Result;
 use pingora_proxy::Session;
 use std::sync::Arc;
@@ -113,8 +113,8 @@ pub(super) struct Why {
     pub holder: Option<HolderTag>,
     /// For a request routed by its conversation key, its alias's keyed hit rate.
     pub keyed_hits: Option<Arc<KeyedHits>>,
-    /// The pick sent it at the probe floor ([`crate::routing::Choice::probe`]).
-    pub probe: bool,
+    /// How the pick's draw placed it ([`crate::routing::Drawn`]).
+    pub drawn: Drawn,
 }
 
 /// The route of a request to candidate `index` of `alias`, counted in the metrics.
@@ -145,7 +145,7 @@ pub(super) fn route(
         body_len,
         reason: why.reason,
         holder: why.holder,
-        probe: why.probe,
+        drawn: why.drawn,
     }
 }
 
@@ -224,7 +224,7 @@ pub async fn admit_object(
         reason: RouteReason::HeldObject,
         holder: action.answers_a_response().then_some(candidate.holder),
         keyed_hits: None,
-        probe: false,
+        drawn: Drawn::default(),
     };
     ctx.route = Some(route(
         app,

@@ -42,7 +42,7 @@ pub fn request_sent(ctx: &mut RequestCtx, connecting: Duration) {
             route
                 .candidate
                 .stats
-                .begin_wait(route.mode, now_us(), route.probe),
+                .begin_wait(route.mode, now_us(), route.drawn),
         );
     }
 }

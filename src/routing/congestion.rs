@@ -138,6 +138,11 @@ pub struct CongestionParams {
     /// Most answers held back for the floor's send order (a memory bound: past it the oldest
     /// join anyway; 0 takes answers in the order they come).
     pub max_held: usize,
+    /// How far the discount grows, in units of `exploit_k` × ln(slowest ÷ level), the slowest
+    /// being the highest latency estimate among the alias's serving candidates: at 2 the
+    /// discount turns the candidate's latency advantage over the slowest into an equal
+    /// disadvantage and grows no further.
+    pub ceiling: f64,
 }
 
 impl CongestionParams {
@@ -165,6 +170,7 @@ impl CongestionParams {
         period_us: 1_000_000,
         max_periods: 5.0,
         max_held: 4096,
+        ceiling: 2.0,
     };
 }
 
@@ -258,6 +264,18 @@ fn low_ratio(sigma: f64, p: &CongestionParams) -> f64 {
     p.low_ratio * (g(sigma) - g(p.low_ratio_jitter)).exp()
 }
 
+/// How far an answer may grow the discount: `ceiling` × `exploit_k` × ln(slowest ÷ level),
+/// at which (at `ceiling` 2) the candidate's latency advantage over the slowest serving
+/// candidate has been turned into as large a disadvantage; unbounded without a slowest.
+fn growth_ceiling(answer: &Sample, level: f64, p: &CongestionParams) -> f64 {
+    match answer.slowest_us {
+        Some(slowest) if slowest > 0.0 && level > 0.0 => {
+            (p.ceiling * answer.exploit_k * (slowest / level).ln()).max(0.0)
+        }
+        _ => f64::INFINITY,
+    }
+}
+
 fn ewma(old: Option<f64>, sample: f64, alpha: f64) -> f64 {
     old.map_or(sample, |o| o + alpha * (sample - o))
 }
@@ -277,6 +295,11 @@ pub(crate) struct Sample {
     pub in_lull: bool,
     /// The pick sent it at the probe floor: it never adds to the discount.
     pub probe: bool,
+    /// The highest latency estimate among the alias's serving candidates at the pick (µs),
+    /// which bounds the discount's growth (`ceiling`); `None`: no bound.
+    pub slowest_us: Option<f64>,
+    /// The rule's `exploit_k`, the unit of that bound.
+    pub exploit_k: f64,
 }
 
 impl Congestion {
@@ -377,8 +400,17 @@ impl Congestion {
         } else {
             -p.relief * (p.target - excess)
         };
+        let ceiling = growth_ceiling(answer, level, p);
         update(&self.discount[i], |d| {
-            (d.unwrap_or(0.0) + step * periods).clamp(0.0, p.max_discount)
+            let d = d.unwrap_or(0.0);
+            let next = d + step * periods;
+            // Growth stops at the ceiling; a discount above it comes off as it always does.
+            let next = if step > 0.0 {
+                next.min(d.max(ceiling))
+            } else {
+                next
+            };
+            next.clamp(0.0, p.max_discount)
         });
     }
 
@@ -475,6 +507,8 @@ mod tests {
                 oldest_waiting_us: None,
                 in_lull: unqueued,
                 probe,
+                slowest_us: None,
+                exploit_k: 6.0,
             };
             self.feed_sample(sample, at_us, &P);
         }
@@ -558,6 +592,47 @@ mod tests {
         assert!(c.discount(NS) < built, "{} {built}", c.discount(NS));
     }
 
+    #[test]
+    fn the_discount_grows_no_further_than_its_ceiling_and_keeps_what_it_has() {
+        // Ten times slower after 50 answers at 200 ms, the slowest serving candidate 1.5 ×
+        // slower than that: the ceiling is 2 × 6 × ln 1.5 ≈ 4.87 at the new level.
+        let answer_beside = |c: &Fed, micros: f64, slowest: f64| {
+            c.feed_sample(
+                Sample {
+                    latency_us: micros,
+                    level_us: 0.0,
+                    sent_us: 0,
+                    oldest_waiting_us: None,
+                    in_lull: false,
+                    probe: false,
+                    slowest_us: Some(slowest),
+                    exploit_k: 6.0,
+                },
+                None,
+                &P,
+            )
+        };
+        let ceiling = 2.0 * 6.0 * 1.5f64.ln();
+        let (bounded, free) = (Fed::default(), Fed::default());
+        for _ in 0..50 {
+            answer_beside(&bounded, 200_000.0, 300_000.0);
+            answer(&free, 200_000.0);
+        }
+        for _ in 0..200 {
+            answer_beside(&bounded, 2_000_000.0, 3_000_000.0);
+            answer(&free, 2_000_000.0);
+        }
+        let (d, unbounded) = (bounded.discount(NS), free.discount(NS));
+        assert!((d - ceiling).abs() < 0.05, "{d} against {ceiling}");
+        assert_eq!(unbounded, P.max_discount);
+        // A ceiling that falls below the discount stops its growth but does not cut it: the
+        // excess still lasts, and the discount stays where it is.
+        for _ in 0..50 {
+            answer_beside(&free, 2_000_000.0, 2_000_000.0);
+        }
+        assert_eq!(free.discount(NS), unbounded);
+    }
+
     /// An answer log-normal around `median` µs with jitter `sigma`.
     fn log_normal(rng: &mut SplitMix64, median: f64, sigma: f64) -> f64 {
         // Box-Muller: one standard normal draw from two uniforms.
@@ -593,6 +668,8 @@ mod tests {
                 oldest_waiting_us: waiting.first().copied(),
                 in_lull: false,
                 probe: false,
+                slowest_us: None,
+                exploit_k: 6.0,
             };
             c.feed_sample(sample, None, p);
         }

@@ -56,7 +56,7 @@ pub use quota::{QuotaKind, QuotaView};
 pub use rng::{RngSource, SplitMix64, ThreadRng};
 pub use selector::{
     charged_latency_us, choose, choose_at, choose_keyed, choose_keyed_at, pick_index, shares,
-    shares_for, shares_for_at, weights, weights_for, Choice, Keyed, INLINE_CANDIDATES,
+    shares_for, shares_for_at, weights, weights_for, Choice, Drawn, Keyed, INLINE_CANDIDATES,
 };
 pub use tracker::{
     Answer, CandidateStats, Health, InflightGuard, OwnedInflightGuard, Snapshot, StatsSnapshot,

@@ -24,18 +24,29 @@ use super::tracker::{CandidateStats, Snapshot};
 /// Candidate count up to which [`choose`] works entirely on the stack.
 pub const INLINE_CANDIDATES: usize = 16;
 
-/// Result of [`choose`]: which candidate (config order), whether a pin decided it, and
-/// whether the draw sent it a probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Result of [`choose`]: which candidate (config order), whether a pin decided it, and how
+/// the draw placed it.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Choice {
     /// Index into the alias's candidate list.
     pub index: usize,
     /// True when the session-affinity pin was honoured.
     pub pinned_honoured: bool,
-    /// True when the candidate was drawn at the probe floor: its score alone would send it
-    /// less, so its answer cannot show a queue that our share could still shrink (the
-    /// congestion discount does not grow on it, [`super::congestion`]).
+    /// What the draw knew that the answer's congestion step needs.
+    pub drawn: Drawn,
+}
+
+/// How a draw placed a request, carried to its answer: how far that answer may grow the
+/// candidate's congestion discount ([`super::congestion`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Drawn {
+    /// Drawn at the probe floor: its score alone would send it less, so its answer cannot
+    /// show a queue that our share could still shrink, and it never adds to the discount.
     pub probe: bool,
+    /// The highest latency estimate (µs) among the alias's serving candidates (not backed
+    /// off, error rate within `error_threshold`) at the draw, which bounds how far the
+    /// discount grows; `None` when no draw was made (a pin, a lone candidate).
+    pub slowest_us: Option<f64>,
 }
 
 /// One candidate as [`score`] sees it: the only input of the weights, the shares, the weighted
@@ -567,26 +578,26 @@ fn choose_with_clock<C: AsRef<CandidateStats>>(
                 return Some(Choice {
                     index: i,
                     pinned_honoured: true,
-                    probe: false,
+                    drawn: Drawn::default(),
                 });
             }
         }
     }
-    let (index, probe) = match cands.len() {
+    let (index, drawn) = match cands.len() {
         0 => return None,
-        1 => (0, false),
+        1 => (0, Drawn::default()),
         _ => weighted_pick(cands, mode, params, clock, keyed, rng),
     };
     Some(Choice {
         index,
         pinned_honoured: false,
-        probe,
+        drawn,
     })
 }
 
 /// Scores the live statistics and draws: the same scoring path as [`shares`], on the stack up
 /// to [`INLINE_CANDIDATES`]. The draw is random, or with a key its rendezvous pick over the
-/// same shares. Returns the index and whether it was drawn at the probe floor.
+/// same shares. Returns the index and how the draw placed it.
 fn weighted_pick<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
@@ -594,7 +605,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     clock: &mut impl FnMut() -> u64,
     keyed: Option<Keyed<'_>>,
     rng: &mut impl RngSource,
-) -> (usize, bool) {
+) -> (usize, Drawn) {
     // Conversations keep their candidate through lulls: moving one costs its cache.
     let lulled = match keyed {
         None => super::lull::lulled(clock(), cands.len(), &params.rule.lull),
@@ -610,6 +621,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         None => params,
     };
     let k = sane_k(params.exploit_k);
+    let mut slowest_us = None;
     with_scratch(cands.len(), |scores, stakes| {
         for (i, (score_of, c)) in scores.iter_mut().zip(cands).enumerate() {
             let c = c.as_ref();
@@ -621,6 +633,12 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
             };
             if lulled == Some(i) && c.takes_lulls() {
                 snap.discount += params.rule.lull.discount;
+            }
+            if let Some(l) = snap
+                .latency_us
+                .filter(|_| serving(&snap, params.error_threshold))
+            {
+                slowest_us = Some(slowest_us.map_or(l, |s: f64| s.max(l)));
             }
             *score_of = score(&snap, k, &params.rule);
         }
@@ -641,8 +659,15 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         });
         let index = rendezvous.unwrap_or_else(|| draw(shares, rng.next_f64()));
         let probe = matches!(stakes.get(index), Some(Stake::Floored(_)));
-        (index, probe)
+        (index, Drawn { probe, slowest_us })
     })
+}
+
+/// A candidate that serves: not backed off, its error rate within `error_threshold` (as a pin
+/// needs).
+#[inline]
+fn serving(s: &Snapshot, error_threshold: f64) -> bool {
+    !s.backed_off && 1.0 - s.success <= error_threshold
 }
 
 /// Current shares for all candidates of an alias (allocates; for /status and metrics), at the
@@ -1051,8 +1076,8 @@ mod tests {
         let (mut probes, mut picks) = (0, 0);
         for _ in 0..5_000 {
             let c = choose(&cands, Mode::NonStreaming, None, &p, &mut rng).unwrap();
-            assert_eq!(c.probe, c.index == 1, "{c:?}");
-            probes += usize::from(c.probe);
+            assert_eq!(c.drawn.probe, c.index == 1, "{c:?}");
+            probes += usize::from(c.drawn.probe);
             picks += 1;
         }
         let share = probes as f64 / picks as f64;
@@ -1062,8 +1087,33 @@ mod tests {
         assert!((0..1_000).all(|_| {
             !choose(&close, Mode::NonStreaming, None, &p, &mut rng)
                 .unwrap()
+                .drawn
                 .probe
         }));
+    }
+
+    #[test]
+    fn a_draw_carries_the_slowest_serving_candidates_latency() {
+        let p = RoutingParams::default();
+        let mut rng = SplitMix64::new(5);
+        // Serving: 100 and 300. Failing past the threshold: 900. Backed off: 2 000. Cold: none.
+        let cands = vec![
+            stats(Some(100.0), 0),
+            stats(Some(300.0), 0),
+            stats(Some(900.0), 2),
+            stats(Some(2_000.0), 0),
+            stats(None, 0),
+        ];
+        cands[3].back_off_until(u64::MAX);
+        for _ in 0..200 {
+            let c = choose_at(&cands, Mode::NonStreaming, None, &p, 0, &mut rng).unwrap();
+            assert_eq!(c.drawn.slowest_us, Some(300.0), "{c:?}");
+        }
+        // A pin or a lone candidate draws nothing.
+        let pinned = choose_at(&cands, Mode::NonStreaming, Some(1), &p, 0, &mut rng).unwrap();
+        assert_eq!(pinned.drawn, Drawn::default());
+        let lone = choose_at(&cands[..1], Mode::NonStreaming, None, &p, 0, &mut rng).unwrap();
+        assert_eq!(lone.drawn, Drawn::default());
     }
 
     #[test]
@@ -1078,7 +1128,7 @@ mod tests {
             Some(Choice {
                 index: 1,
                 pinned_honoured: true,
-                probe: false,
+                drawn: Drawn::default(),
             })
         );
         // 2 failures at alpha 0.3: success 0.49 -> error 0.51 > 0.5: pin ignored.
@@ -1557,7 +1607,7 @@ mod tests {
         assert!(back[0] > back[1], "{back:?}");
         // A request to it that has waited 1 000 µs (estimate 2 000) sends traffic away: it
         // keeps the probe floor.
-        let _wait = cands[0].begin_wait(Mode::NonStreaming, 1_000, false);
+        let _wait = cands[0].begin_wait(Mode::NonStreaming, 1_000, Drawn::default());
         let waiting = shares_for_at(&cands, Mode::NonStreaming, &p, 2_000);
         assert!(waiting[0] <= p.probe_floor + 1e-12, "{waiting:?}");
         let hits = (0..1000)

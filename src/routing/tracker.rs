@@ -13,6 +13,7 @@ use super::load::Load;
 use super::params::RoutingParams;
 use super::pressure::Pressure;
 use super::quota::{QuotaKind, QuotaParams, QuotaView, Quotas};
+use super::selector::{sane_k, Drawn};
 use super::success_rate::SuccessRate;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -319,7 +320,9 @@ impl CandidateStats {
                 sent_us: answer.sent_us,
                 oldest_waiting_us: self.pressure.oldest_waiting(answer.mode),
                 in_lull,
-                probe: answer.probe,
+                probe: answer.drawn.probe,
+                slowest_us: answer.drawn.slowest_us,
+                exploit_k: sane_k(params.exploit_k),
             };
             self.congestion
                 .answer(answer.mode, &sample, Some(at_us), &params.rule.congestion);
@@ -401,16 +404,16 @@ impl CandidateStats {
     /// it sends the request, the clock [`super::choose`] reads.
     ///
     /// Call it once the request counts as in flight ([`CandidateStats::begin_owned`]): the
-    /// guard remembers how many *other* requests of ours were in flight then, and `probe`,
-    /// whether the pick sent it at the probe floor ([`super::Choice::probe`]).
-    pub fn begin_wait(self: &Arc<Self>, mode: Mode, sent_us: u64, probe: bool) -> WaitGuard {
+    /// guard remembers how many *other* requests of ours were in flight then, and how the
+    /// pick's draw placed it ([`Drawn`]).
+    pub fn begin_wait(self: &Arc<Self>, mode: Mode, sent_us: u64, drawn: Drawn) -> WaitGuard {
         self.pressure.start(mode, sent_us);
         WaitGuard {
             stats: Arc::clone(self),
             mode,
             sent_us,
             inflight_at_send: self.inflight().saturating_sub(1),
-            probe,
+            drawn,
             answered: false,
         }
     }
@@ -664,8 +667,8 @@ pub struct WaitGuard {
     mode: Mode,
     sent_us: u64,
     inflight_at_send: u64,
-    /// The pick sent it at the probe floor ([`super::Choice::probe`]).
-    probe: bool,
+    /// How the pick's draw placed it.
+    drawn: Drawn,
     /// Set by [`WaitGuard::first_chunk`]: the request stops waiting with an answer.
     answered: bool,
 }
@@ -685,7 +688,7 @@ impl WaitGuard {
             sent_us: self.sent_us,
             latency_us,
             inflight_at_send: self.inflight_at_send,
-            probe: self.probe,
+            drawn: self.drawn,
         }
     }
 }
@@ -702,8 +705,8 @@ pub struct Answer {
     pub latency_us: f64,
     /// Other requests of ours in flight at the candidate when it was sent.
     pub inflight_at_send: u64,
-    /// It was sent at the probe floor ([`super::Choice::probe`]).
-    pub probe: bool,
+    /// How the pick's draw placed it ([`Drawn`]).
+    pub drawn: Drawn,
 }
 
 impl Drop for WaitGuard {
@@ -898,8 +901,12 @@ mod tests {
             let latency = if i < 50 { 200_000.0 } else { 2_000_000.0 };
             let at = (i + 1) * 1_000_000;
             for (stats, probe) in [(&probed, true), (&picked, false)] {
-                let answer = stats.begin_wait(mode, at, probe).first_chunk(latency);
-                assert_eq!(answer.probe, probe);
+                let drawn = Drawn {
+                    probe,
+                    slowest_us: None,
+                };
+                let answer = stats.begin_wait(mode, at, drawn).first_chunk(latency);
+                assert_eq!(answer.drawn, drawn);
                 stats.record_answer(&answer, false, &params, at + latency as u64);
             }
         }
@@ -1048,8 +1055,8 @@ mod tests {
         let _inflight = s.begin_owned();
         assert!(!s.needs_time());
         {
-            let a = s.begin_wait(Mode::NonStreaming, 100, false);
-            let b = s.begin_wait(Mode::NonStreaming, 300, false);
+            let a = s.begin_wait(Mode::NonStreaming, 100, Drawn::default());
+            let b = s.begin_wait(Mode::NonStreaming, 300, Drawn::default());
             assert_eq!(a.sent_us(), 100);
             assert!(s.needs_time());
             assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), Some(400.0));
@@ -1112,7 +1119,7 @@ mod tests {
             let latency = (slow * 100_000.0 * (sigma * z).exp()).round() as u64;
             waiting.push((
                 now + latency.max(1),
-                s.begin_wait(Mode::NonStreaming, now, false),
+                s.begin_wait(Mode::NonStreaming, now, Drawn::default()),
             ));
         }
         let mean = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
@@ -1180,7 +1187,7 @@ mod tests {
             let mut open = Vec::new();
             for n in 0..8u64 {
                 let guard = stats.begin_owned();
-                let wait = stats.begin_wait(mode, round_start + n, false);
+                let wait = stats.begin_wait(mode, round_start + n, Drawn::default());
                 open.push((guard, wait, n));
             }
             // First chunks in send order: latency 100 ms + 20 ms per other request in flight.

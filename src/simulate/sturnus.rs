@@ -148,8 +148,8 @@ pub struct Sturnus {
     keyed_hits: routing::KeyedHits,
     /// Whether the last pick was keyed, until the attempt it chose is started.
     picked_keyed: bool,
-    /// Whether the latest pick was a probe ([`routing::Choice::probe`]), for its request.
-    picked_probe: bool,
+    /// How the latest pick's draw placed its request ([`routing::Drawn`]).
+    picked_drawn: routing::Drawn,
     /// Per candidate, the send times of its keyed attempts still outstanding.
     keyed_sent: Vec<Vec<Micros>>,
     variant: Variant,
@@ -182,7 +182,7 @@ impl Sturnus {
             smoothed: (0..n).map(|_| Default::default()).collect(),
             keyed_hits: routing::KeyedHits::default(),
             picked_keyed: false,
-            picked_probe: false,
+            picked_drawn: routing::Drawn::default(),
             keyed_sent: (0..n).map(|_| Vec::new()).collect(),
             variant,
         }
@@ -221,7 +221,7 @@ impl Strategy for Sturnus {
         self.picked_keyed = keyed.is_some();
         let params = &self.variant.params;
         let choice = routing::choose_keyed_at(&self.stats, MODE, None, keyed, params, now, rng);
-        self.picked_probe = choice.is_some_and(|c| c.probe);
+        self.picked_drawn = choice.map(|c| c.drawn).unwrap_or_default();
         choice.map_or(0, |c| c.index)
     }
 
@@ -232,8 +232,8 @@ impl Strategy for Sturnus {
             self.keyed_sent[p].push(now);
         }
         if self.variant.wait_age || self.variant.congestion {
-            let probe = std::mem::take(&mut self.picked_probe);
-            self.waiting[p].push(stats.begin_wait(MODE, now, probe));
+            let drawn = std::mem::take(&mut self.picked_drawn);
+            self.waiting[p].push(stats.begin_wait(MODE, now, drawn));
         }
     }
 
