@@ -915,6 +915,38 @@ mod tests {
     }
 
     #[test]
+    fn the_slowest_serving_latency_carries_from_the_draw_and_bounds_the_discount() {
+        let params = RoutingParams::default();
+        let mode = Mode::NonStreaming;
+        let (bounded, free) = (
+            Arc::new(CandidateStats::new()),
+            Arc::new(CandidateStats::new()),
+        );
+        // 50 answers at 200 ms, then 100 ten times slower, one second apart; beside one
+        // candidate the slowest serving one answers in 2.4 s all along.
+        for i in 0..150u64 {
+            let latency = if i < 50 { 200_000.0 } else { 2_000_000.0 };
+            let at = (i + 1) * 1_000_000;
+            for (stats, slowest_us) in [(&bounded, Some(2_400_000.0)), (&free, None)] {
+                let drawn = Drawn {
+                    probe: false,
+                    slowest_us,
+                };
+                let answer = stats.begin_wait(mode, at, drawn).first_chunk(latency);
+                stats.record_answer(&answer, false, &params, at + latency as u64);
+            }
+        }
+        // The ceiling at the slow level: 2 × 6 × ln(2.4 ÷ 2) ≈ 2.19.
+        let ceiling = params.rule.congestion.ceiling * params.exploit_k * 1.2f64.ln();
+        let d = bounded.congestion_discount(mode);
+        assert!(
+            d <= ceiling + 1e-9 && d > ceiling - 0.3,
+            "{d} against {ceiling}"
+        );
+        assert!(free.congestion_discount(mode) > 3.0);
+    }
+
+    #[test]
     fn invalid_latency_samples_ignored() {
         let s = CandidateStats::new();
         s.record_latency(Mode::NonStreaming, f64::NAN, &LP);
