@@ -141,7 +141,7 @@ pub struct CongestionParams {
     /// How far the discount grows, in units of `exploit_k` × ln(slowest ÷ level), the slowest
     /// being the highest latency estimate among the alias's serving candidates: at 2 the
     /// discount turns the candidate's latency advantage over the slowest into an equal
-    /// disadvantage and grows no further.
+    /// disadvantage and grows no further (`inf`: no ceiling).
     pub ceiling: f64,
 }
 
@@ -266,10 +266,11 @@ fn low_ratio(sigma: f64, p: &CongestionParams) -> f64 {
 
 /// How far an answer may grow the discount: `ceiling` × `exploit_k` × ln(slowest ÷ level),
 /// at which (at `ceiling` 2) the candidate's latency advantage over the slowest serving
-/// candidate has been turned into as large a disadvantage; unbounded without a slowest.
+/// candidate has been turned into as large a disadvantage; unbounded without a slowest or
+/// with an infinite `ceiling`.
 fn growth_ceiling(answer: &Sample, level: f64, p: &CongestionParams) -> f64 {
     match answer.slowest_us {
-        Some(slowest) if slowest > 0.0 && level > 0.0 => {
+        Some(slowest) if p.ceiling.is_finite() && slowest > 0.0 && level > 0.0 => {
             (p.ceiling * answer.exploit_k * (slowest / level).ln()).max(0.0)
         }
         _ => f64::INFINITY,
