@@ -49,7 +49,13 @@
 //!   score already gives it no more than the floor, so a lower share cannot shorten any queue
 //!   there, and growing `d` would only leave a debt to repay once the candidate is fast again.
 //!   A provider that became much slower loses its traffic to the latency ranking within a few
-//!   answers, its answers become probes, and `d` stops where it was.
+//!   answers, its answers become probes, and `d` stops where it was. Nor does `d` grow past
+//!   its **ceiling**, `ceiling` × `exploit_k` × ln(slowest ÷ level), the slowest being the
+//!   highest latency estimate among the alias's serving candidates when the pick was drawn
+//!   ([`super::Drawn`]): at `ceiling` 2 the candidate's latency advantage over the slowest
+//!   has then been turned into as large a disadvantage. A provider that slows down until it
+//!   is about as slow as the others builds no debt to repay once it is fast again; a discount
+//!   already above the ceiling is not cut, only its growth stops.
 //!
 //! [`CongestionParams`] holds every constant named here. The selector multiplies the
 //! candidate's weight by `e^-d`. The discount moves a little per answer, so shares drift towards the point where the loaded candidates queue about
