@@ -887,6 +887,23 @@ mod tests {
         assert_eq!(s.latency_us(Mode::NonStreaming), Some(300_000.0));
     }
 
+    /// The `i`-th answer of a step, sent as `drawn` placed it and recorded: 50 at 200 ms, then
+    /// ten times slower, one second apart.
+    fn step_answer(
+        stats: &Arc<CandidateStats>,
+        drawn: Drawn,
+        i: u64,
+        params: &RoutingParams,
+    ) -> Answer {
+        let latency = if i < 50 { 200_000.0 } else { 2_000_000.0 };
+        let at = (i + 1) * 1_000_000;
+        let answer = stats
+            .begin_wait(Mode::NonStreaming, at, drawn)
+            .first_chunk(latency);
+        stats.record_answer(&answer, false, params, at + latency as u64);
+        answer
+    }
+
     #[test]
     fn a_probe_carries_its_mark_from_send_to_answer_and_builds_no_discount() {
         let params = RoutingParams::default();
@@ -895,19 +912,15 @@ mod tests {
             Arc::new(CandidateStats::new()),
             Arc::new(CandidateStats::new()),
         );
-        // The same answers, 50 at 200 ms then 50 ten times slower, one second apart: sent as
-        // probes to one candidate, as the score's picks to the other.
+        // The same 100 answers of a step: sent as probes to one candidate, as the score's
+        // picks to the other.
         for i in 0..100u64 {
-            let latency = if i < 50 { 200_000.0 } else { 2_000_000.0 };
-            let at = (i + 1) * 1_000_000;
             for (stats, probe) in [(&probed, true), (&picked, false)] {
                 let drawn = Drawn {
                     probe,
                     slowest_us: None,
                 };
-                let answer = stats.begin_wait(mode, at, drawn).first_chunk(latency);
-                assert_eq!(answer.drawn, drawn);
-                stats.record_answer(&answer, false, &params, at + latency as u64);
+                assert_eq!(step_answer(stats, drawn, i, &params).drawn, drawn);
             }
         }
         assert_eq!(probed.congestion_discount(mode), 0.0);
@@ -922,18 +935,15 @@ mod tests {
             Arc::new(CandidateStats::new()),
             Arc::new(CandidateStats::new()),
         );
-        // 50 answers at 200 ms, then 100 ten times slower, one second apart; beside one
-        // candidate the slowest serving one answers in 2.4 s all along.
+        // 150 answers of a step; beside one candidate the slowest serving one answers in 2.4 s
+        // all along.
         for i in 0..150u64 {
-            let latency = if i < 50 { 200_000.0 } else { 2_000_000.0 };
-            let at = (i + 1) * 1_000_000;
             for (stats, slowest_us) in [(&bounded, Some(2_400_000.0)), (&free, None)] {
                 let drawn = Drawn {
                     probe: false,
                     slowest_us,
                 };
-                let answer = stats.begin_wait(mode, at, drawn).first_chunk(latency);
-                stats.record_answer(&answer, false, &params, at + latency as u64);
+                step_answer(stats, drawn, i, &params);
             }
         }
         // The ceiling at the slow level: 2 × 6 × ln(2.4 ÷ 2) ≈ 2.19.
