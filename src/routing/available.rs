@@ -157,9 +157,10 @@ mod tests {
         let shares = shares_available(&cands, |i| up[i], Mode::NonStreaming, &p);
         assert_eq!(shares[0], 0.0);
         assert!((shares[1] + shares[2] - 1.0).abs() < 1e-12, "{shares:?}");
+        // Ten times slower than the best of the others: a tenth of the floor.
         assert!(
-            shares[2] >= 0.2 - 1e-12,
-            "the floor still holds among the others"
+            shares[2] >= 0.02 - 1e-12,
+            "the floor still holds among the others: {shares:?}"
         );
         let weights = weights_available(&cands, |i| up[i], Mode::NonStreaming, &p);
         assert_eq!(weights[0], 0.0);
