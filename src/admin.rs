@@ -179,7 +179,7 @@ pub fn status(app: &App) -> Value {
                 .enumerate()
                 .map(|(i, c)| {
                     let s = &c.stats;
-                    let success = s.success();
+                    let success = s.success_at(now);
                     let per_mode = |mode: Mode| {
                         let snap = s.snapshot_at(mode, now);
                         let charged = routing::charged_latency_us(&snap, &params.rule);
@@ -206,7 +206,7 @@ pub fn status(app: &App) -> Value {
                         "provider": c.provider.name,
                         "model": c.model,
                         "holder_tag": c.holder.as_str(),
-                        "state": c.state(params.error_threshold),
+                        "state": c.state(params.error_threshold, now),
                         "non_streaming": per_mode(Mode::NonStreaming),
                         "streaming": per_mode(Mode::Streaming),
                         "success_rate": success,

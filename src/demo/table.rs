@@ -2,13 +2,14 @@
 
 use super::driver::Counts;
 use crate::app::App;
-use crate::routing::Mode;
+use crate::routing::{now_us, Mode};
 use std::fmt::Write;
 
 /// Renders one second's table for the demo's single alias.
 pub fn render(second: u64, app: &App, counts: &[Counts]) -> String {
     let alias = &app.catalog.aliases[0];
     let shares = alias.shares(Mode::NonStreaming, &app.catalog.params);
+    let now = now_us();
     let total: u64 = counts.iter().map(|c| c.ok + c.failed).sum();
     let mut out = String::new();
     let _ = writeln!(
@@ -35,7 +36,7 @@ pub fn render(second: u64, app: &App, counts: &[Counts]) -> String {
             100.0 * shares[i],
             observed,
             ttfc,
-            100.0 * candidate.stats.success(),
+            100.0 * candidate.stats.success_at(now),
         );
     }
     out

@@ -561,7 +561,7 @@ pub fn choose_keyed_at<C: AsRef<CandidateStats>>(
 }
 
 /// [`choose_keyed_at`] with the time from `clock`, called only for a candidate whose score
-/// depends on it (waiting requests, a back-off deadline, an announced quota).
+/// depends on it (waiting requests, a back-off deadline, an announced quota, fading failures).
 fn choose_with_clock<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
@@ -575,8 +575,10 @@ fn choose_with_clock<C: AsRef<CandidateStats>>(
     if let Some(i) = pinned {
         if let Some(c) = cands.get(i) {
             let c = c.as_ref();
-            let backed_off = c.needs_time() && c.backed_off(clock());
-            if c.error_rate() <= params.error_threshold && !backed_off {
+            let now = c.needs_time().then(&mut *clock);
+            let backed_off = now.is_some_and(|t| c.backed_off(t));
+            let success = now.map_or_else(|| c.success(), |t| c.success_at(t));
+            if 1.0 - success <= params.error_threshold && !backed_off {
                 return Some(Choice {
                     index: i,
                     pinned_honoured: true,
@@ -1074,6 +1076,33 @@ mod tests {
             s.record_outcome(Outcome::Failure, 0, &ewma);
         }
         s
+    }
+
+    #[test]
+    fn a_failed_candidate_not_heard_from_wins_its_share_and_its_pin_back_in_time() {
+        // Two equally fast candidates; the second failed five times a second apart and has
+        // not been heard from since. Its failures fade with the chance of a change since then
+        // (`change_every_s` 60 s), at the pick's own time.
+        let p = RoutingParams::default();
+        let cands = vec![stats(Some(100.0), 0), stats(Some(100.0), 0)];
+        for i in 0..5 {
+            cands[1].record_outcome(Outcome::Failure, i * 1_000_000, &p);
+        }
+        let last = 4_000_000;
+        let at = |now| shares_for_at(&cands, Mode::NonStreaming, &p, now)[1];
+        assert!(at(last) <= p.probe_floor + 1e-9, "{}", at(last));
+        assert!(at(last + 30_000_000) < at(last + 60_000_000));
+        assert!(at(last + 600_000_000) > 0.49, "{}", at(last + 600_000_000));
+        let mut rng = SplitMix64::new(4);
+        let pin = |now, rng: &mut SplitMix64| {
+            choose_at(&cands, Mode::NonStreaming, Some(1), &p, now, rng)
+                .is_some_and(|c| c.pinned_honoured)
+        };
+        assert!(
+            !pin(last, &mut rng),
+            "an error rate above 0.5 breaks the pin"
+        );
+        assert!(pin(last + 600_000_000, &mut rng));
     }
 
     #[test]

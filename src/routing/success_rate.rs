@@ -14,7 +14,11 @@
 //!   and the mass `h` of every run moves to a new run that this outcome starts (predicted by
 //!   the prior alone, ½ either way);
 //! - the estimate is the expected share of successes over the runs; before any outcome it is
-//!   1, as for a cold candidate.
+//!   1, as for a cold candidate;
+//! - a pick reads it at its own time: with probability `h` of a change since the last outcome,
+//!   the candidate is in a new run that counts as fully successful until its first outcome,
+//!   so the share of failures fades as `(1 − s)·e^(−Δt / change_every_s)` while the candidate
+//!   is not heard from, and a proxy that rarely sends to a failed candidate tries it again.
 //!
 //! A steady rate is then the share over thousands of outcomes, so a lone proxy's shares hold
 //! still even beside a candidate that fails a third of its requests; a candidate that never
@@ -188,13 +192,23 @@ impl Runs {
 pub(crate) struct SuccessRate {
     /// The estimate (f64 bits), 1.0 before any outcome.
     estimate: AtomicU64,
+    /// Routing-clock time (µs) of the outcome the estimate includes last; [`NEVER`] before any.
+    last_us: AtomicU64,
+    /// How fast the failures fade in time: `change_every_s` in µs as of the last outcome (f64
+    /// bits); 0 when the estimate is an EWMA or handed over, which do not fade.
+    fade_us: AtomicU64,
     runs: Mutex<Runs>,
 }
+
+/// [`SuccessRate::last_us`] before any outcome.
+const NEVER: u64 = u64::MAX;
 
 impl Default for SuccessRate {
     fn default() -> Self {
         SuccessRate {
             estimate: AtomicU64::new(1.0f64.to_bits()),
+            last_us: AtomicU64::new(NEVER),
+            fade_us: AtomicU64::new(0),
             runs: Mutex::default(),
         }
     }
@@ -207,11 +221,26 @@ impl SuccessRate {
         f64::from_bits(self.estimate.load(Relaxed))
     }
 
+    /// The estimate as a pick at `now_us` (routing clock) reads it: the share of failures
+    /// fades with the chance of a change since the last outcome (see the module's doc).
+    #[inline]
+    pub(crate) fn at(&self, now_us: u64) -> f64 {
+        let s = self.get();
+        let fade_us = f64::from_bits(self.fade_us.load(Relaxed));
+        let last = self.last_us.load(Relaxed);
+        if s >= 1.0 || fade_us <= 0.0 || last == NEVER {
+            return s;
+        }
+        let quiet_us = now_us.saturating_sub(last) as f64;
+        1.0 - (1.0 - s) * (-quiet_us / fade_us).exp()
+    }
+
     /// Folds in one outcome at `now_us` (routing clock). With the estimate off
     /// ([`SuccessParams::enabled`]) the rate is an EWMA at `alpha` instead.
     pub(crate) fn observe(&self, success: bool, now_us: u64, p: &SuccessParams, alpha: f64) {
         let sample = if success { 1.0 } else { 0.0 };
         if !p.enabled() {
+            self.fade_us.store(0, Relaxed);
             let _ = self.estimate.fetch_update(Relaxed, Relaxed, |cur| {
                 let cur = f64::from_bits(cur);
                 Some((cur + alpha * (sample - cur)).to_bits())
@@ -221,6 +250,9 @@ impl SuccessRate {
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         let estimate = runs.observe(success, now_us, p);
         // Published under the lock, so a slower outcome cannot overwrite a newer estimate.
+        self.last_us.store(runs.last_us.unwrap_or(now_us), Relaxed);
+        self.fade_us
+            .store((p.change_every_s * 1e6).to_bits(), Relaxed);
         self.estimate.store(estimate.to_bits(), Relaxed);
     }
 
@@ -236,6 +268,7 @@ impl SuccessRate {
             }],
             last_us: None,
         };
+        self.last_us.store(NEVER, Relaxed);
         self.estimate.store(rate.to_bits(), Relaxed);
     }
 }
@@ -331,6 +364,48 @@ mod tests {
         // Probes a second apart, all successful again.
         let up = feed(&mut s, &mut rng, 1.0, 6, 1_000, &mut t);
         assert!(up[5] > 0.9, "{up:?}");
+    }
+
+    #[test]
+    fn failures_fade_with_the_chance_of_a_change_since_the_last_outcome() {
+        let s = SuccessRate::default();
+        for i in 0..30 {
+            s.observe(false, i * 1_000 * MS, &P, 0.4);
+        }
+        let (last, down) = (29_000 * MS, s.get());
+        assert!(down < 0.01, "{down}");
+        assert_eq!(s.at(last), down);
+        assert_eq!(
+            s.at(last - 5_000 * MS),
+            down,
+            "a clock behind the outcome reads it as is"
+        );
+        for quiet_s in [10u64, 60, 240] {
+            let h = 1.0 - (-(quiet_s as f64) / P.change_every_s).exp();
+            let want = down + h * (1.0 - down);
+            let got = s.at(last + quiet_s * 1_000 * MS);
+            assert!((got - want).abs() < 1e-12, "{quiet_s} s: {got} vs {want}");
+        }
+        // The next outcome starts from the estimate, not from the faded reading.
+        s.observe(false, last + 60_000 * MS, &P, 0.4);
+        assert!(s.at(last + 60_000 * MS) < 0.6);
+    }
+
+    #[test]
+    fn a_rate_without_failures_or_without_change_points_does_not_fade() {
+        let healthy = SuccessRate::default();
+        healthy.observe(true, 0, &P, 0.4);
+        assert_eq!(healthy.at(3_600_000 * MS), 1.0);
+        let off = SuccessParams {
+            change_every_s: 0.0,
+            ..P
+        };
+        let ewma = SuccessRate::default();
+        ewma.observe(false, 0, &off, 0.4);
+        assert!((ewma.at(3_600_000 * MS) - 0.6).abs() < 1e-12);
+        let handed_over = SuccessRate::default();
+        handed_over.seed(0.5, 1.0);
+        assert_eq!(handed_over.at(3_600_000 * MS), 0.5);
     }
 
     #[test]

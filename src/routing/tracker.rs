@@ -393,6 +393,11 @@ impl CandidateStats {
             wait_age_us: self.wait_age_us(mode, now_us),
             backed_off: self.backed_off(now_us),
             pacing: self.pacing(now_us),
+            success: if self.on_probation() {
+                0.0
+            } else {
+                self.success_at(now_us)
+            },
             ..self.snapshot(mode)
         }
     }
@@ -452,10 +457,11 @@ impl CandidateStats {
     }
 
     /// True when scoring this candidate needs the current time (requests waiting with a send
-    /// time, or a back-off deadline set), so the selector reads the clock only when it matters.
+    /// time, a back-off deadline set, a quota, or failures that fade), so the selector reads
+    /// the clock only when it matters.
     #[inline]
     pub fn needs_time(&self) -> bool {
-        self.pressure.active() || self.quotas.active()
+        self.pressure.active() || self.quotas.active() || self.success() < 1.0
     }
 
     /// A response read at `now_us` (routing clock) announced `remaining` of the `kind` quota,
@@ -530,9 +536,17 @@ impl CandidateStats {
         self.success.get()
     }
 
-    /// Error rate `1 - success`, the quantity compared with `error_threshold`.
-    pub fn error_rate(&self) -> f64 {
-        1.0 - self.success()
+    /// Success rate as a pick at `now_us` (routing clock) reads it: failures fade while the
+    /// candidate is not heard from ([`super::success_rate`]).
+    #[inline]
+    pub fn success_at(&self, now_us: u64) -> f64 {
+        self.success.at(now_us)
+    }
+
+    /// Error rate `1 - success` as a pick at `now_us` reads it, the quantity compared with
+    /// `error_threshold`.
+    pub fn error_rate_at(&self, now_us: u64) -> f64 {
+        1.0 - self.success_at(now_us)
     }
 
     /// Requests currently in flight.
@@ -557,8 +571,8 @@ impl CandidateStats {
 
     /// /status label. A failing candidate reads "degraded" even if it never produced a latency
     /// sample (e.g. every connect fails); otherwise no latency in either mode reads "cold".
-    pub fn health(&self, error_threshold: f64) -> Health {
-        if self.error_rate() > error_threshold {
+    pub fn health(&self, error_threshold: f64, now_us: u64) -> Health {
+        if self.error_rate_at(now_us) > error_threshold {
             Health::Degraded
         } else if self.latency.iter().all(|c| c.load(Relaxed) == EMPTY) {
             Health::Cold
@@ -975,10 +989,43 @@ mod tests {
         assert!(close(s.success(), 0.7));
         s.record_outcome(Outcome::Success, 0, &ewma(0.3));
         assert!(close(s.success(), 0.79));
-        assert!(close(s.error_rate(), 0.21));
+        // An EWMA does not fade: the rate at any later time is the same.
+        assert!(close(s.error_rate_at(3_600_000_000), 0.21));
         assert_eq!(s.requests(), 3);
         assert_eq!(s.failures(), 1);
         assert_eq!(s.client_errors(), 1);
+    }
+
+    #[test]
+    fn a_pick_reads_failures_faded_by_the_time_since_the_last_outcome() {
+        let s = CandidateStats::new();
+        s.record_latency(Mode::NonStreaming, 1_000.0, &LP);
+        assert!(!s.needs_time(), "nothing to fade");
+        let p = RoutingParams::default();
+        for i in 0..20 {
+            s.record_outcome(Outcome::Failure, i * 1_000_000, &p);
+        }
+        assert!(s.needs_time(), "failures fade in time");
+        let last = 19_000_000;
+        let at = |now| s.snapshot_at(Mode::NonStreaming, now).success;
+        assert!(at(last) < 0.01, "{}", at(last));
+        // One `change_every_s` (60 s) later a change is 63 % likely, and a new run counts as
+        // fully successful until its first outcome.
+        let faded = 1.0 - (1.0 - s.success()) * (-1.0f64).exp();
+        assert!(
+            close(at(last + 60_000_000), faded),
+            "{}",
+            at(last + 60_000_000)
+        );
+        assert!(at(last + 300_000_000) > 0.99);
+        // The estimate itself is untouched until the next outcome.
+        assert!(s.success() < 0.01);
+        s.back_off_until(last + 1);
+        assert_eq!(
+            at(last + 300_000_000),
+            0.0,
+            "probation still counts as none"
+        );
     }
 
     #[test]
@@ -1000,15 +1047,17 @@ mod tests {
     #[test]
     fn health_states() {
         let s = CandidateStats::new();
-        assert_eq!(s.health(0.5), Health::Cold);
+        assert_eq!(s.health(0.5, 0), Health::Cold);
         s.record_latency(Mode::Streaming, 10.0, &LP);
-        assert_eq!(s.health(0.5), Health::Warm);
+        assert_eq!(s.health(0.5, 0), Health::Warm);
         s.record_outcome(Outcome::Failure, 0, &ewma(0.6)); // success 0.4, error 0.6
-        assert_eq!(s.health(0.5), Health::Degraded);
-        assert_eq!(s.health(0.7), Health::Warm);
+        assert_eq!(s.health(0.5, 0), Health::Degraded);
+        assert_eq!(s.health(0.7, 0), Health::Warm);
         let never_connected = CandidateStats::new();
         never_connected.record_failure(ErrorKind::Connect, 1, 0, &RoutingParams::default());
-        assert_eq!(never_connected.health(0.5), Health::Degraded);
+        assert_eq!(never_connected.health(0.5, 0), Health::Degraded);
+        // Not heard from for two minutes, its failures have faded: a pick may try it again.
+        assert_eq!(never_connected.health(0.5, 120_000_000), Health::Cold);
         assert_eq!(Health::Cold.as_str(), "cold");
         assert_eq!(Health::Degraded.as_str(), "degraded");
         assert_eq!(Health::Warm.as_str(), "warm");
