@@ -249,11 +249,19 @@ impl SuccessRate {
         }
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         let estimate = runs.observe(success, now_us, p);
-        // Published under the lock, so a slower outcome cannot overwrite a newer estimate.
-        self.last_us.store(runs.last_us.unwrap_or(now_us), Relaxed);
-        self.fade_us
-            .store((p.change_every_s * 1e6).to_bits(), Relaxed);
-        self.estimate.store(estimate.to_bits(), Relaxed);
+        // Published under the lock, so a slower outcome cannot overwrite a newer estimate. A
+        // rate of exactly 1 has nothing to fade, and a healthy candidate's outcomes write
+        // nothing the picks read.
+        if estimate < 1.0 {
+            self.last_us.store(runs.last_us.unwrap_or(now_us), Relaxed);
+            let fade_bits = (p.change_every_s * 1e6).to_bits();
+            if self.fade_us.load(Relaxed) != fade_bits {
+                self.fade_us.store(fade_bits, Relaxed);
+            }
+        }
+        if self.estimate.load(Relaxed) != estimate.to_bits() {
+            self.estimate.store(estimate.to_bits(), Relaxed);
+        }
     }
 
     /// Starts over from a handed-over `rate`, as if it were the share of successes over
