@@ -35,8 +35,9 @@ use std::sync::Mutex;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SuccessParams {
-    /// Expected time (s) between changes of a candidate's success rate; 0 turns the estimate
-    /// off: the success rate is then an EWMA at `ewma_alpha`.
+    /// Expected time (s) between changes of a candidate's success rate, and so how fast its
+    /// failures fade at a pick while it is not heard from; 0 turns the estimate off: the
+    /// success rate is then an EWMA at `ewma_alpha`, which does not fade.
     pub change_every_s: f64,
     /// Pseudo-outcomes of each kind a run's predictions start from (½: Jeffreys's prior).
     pub prior: f64,
