@@ -179,9 +179,9 @@ pub fn status(app: &App) -> Value {
                 .enumerate()
                 .map(|(i, c)| {
                     let s = &c.stats;
-                    let success = s.success_at(now);
+                    let success = s.success_at(now, &params.rule.success);
                     let per_mode = |mode: Mode| {
-                        let snap = s.snapshot_at(mode, now);
+                        let snap = s.snapshot_at(mode, now, &params.rule.success);
                         let charged = routing::charged_latency_us(&snap, &params.rule);
                         let min_success = params.rule.score.min_success;
                         json!({
@@ -206,7 +206,7 @@ pub fn status(app: &App) -> Value {
                         "provider": c.provider.name,
                         "model": c.model,
                         "holder_tag": c.holder.as_str(),
-                        "state": c.state(params.error_threshold, now),
+                        "state": c.state(params, now),
                         "non_streaming": per_mode(Mode::NonStreaming),
                         "streaming": per_mode(Mode::Streaming),
                         "success_rate": success,

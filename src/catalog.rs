@@ -41,9 +41,9 @@ impl Candidate {
     }
 
     /// Its state on `/status`: `unhealthy` while unavailable, else cold, warm or degraded.
-    pub fn state(&self, error_threshold: f64, now_us: u64) -> &'static str {
+    pub fn state(&self, params: &RoutingParams, now_us: u64) -> &'static str {
         if self.is_available() {
-            self.stats.health(error_threshold, now_us).as_str()
+            self.stats.health(params, now_us).as_str()
         } else {
             "unhealthy"
         }

@@ -36,7 +36,10 @@ pub fn render(second: u64, app: &App, counts: &[Counts]) -> String {
             100.0 * shares[i],
             observed,
             ttfc,
-            100.0 * candidate.stats.success_at(now),
+            100.0
+                * candidate
+                    .stats
+                    .success_at(now, &app.catalog.params.rule.success),
         );
     }
     out

@@ -577,7 +577,8 @@ fn choose_with_clock<C: AsRef<CandidateStats>>(
             let c = c.as_ref();
             let now = c.needs_time().then(&mut *clock);
             let backed_off = now.is_some_and(|t| c.backed_off(t));
-            let success = now.map_or_else(|| c.success(), |t| c.success_at(t));
+            let success =
+                now.map_or_else(|| c.success(), |t| c.success_at(t, &params.rule.success));
             if 1.0 - success <= params.error_threshold && !backed_off {
                 return Some(Choice {
                     index: i,
@@ -631,7 +632,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
             let c = c.as_ref();
             // The time-dependent signals are read only when the candidate has any.
             let mut snap = if c.needs_time() {
-                c.snapshot_at(mode, clock())
+                c.snapshot_at(mode, clock(), &params.rule.success)
             } else {
                 c.snapshot(mode)
             };
@@ -693,7 +694,7 @@ pub fn weights_for<C: AsRef<CandidateStats>>(
     let now_us = now_us();
     let snaps: Vec<Snapshot> = cands
         .iter()
-        .map(|c| c.as_ref().snapshot_at(mode, now_us))
+        .map(|c| c.as_ref().snapshot_at(mode, now_us, &params.rule.success))
         .collect();
     let mut out = vec![0.0; snaps.len()];
     weights(&snaps, params, &mut out);
@@ -709,7 +710,7 @@ pub fn shares_for_at<C: AsRef<CandidateStats>>(
 ) -> Vec<f64> {
     let snaps: Vec<Snapshot> = cands
         .iter()
-        .map(|c| c.as_ref().snapshot_at(mode, now_us))
+        .map(|c| c.as_ref().snapshot_at(mode, now_us, &params.rule.success))
         .collect();
     let mut out = vec![0.0; snaps.len()];
     shares(&snaps, params, &mut out);

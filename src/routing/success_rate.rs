@@ -193,11 +193,9 @@ impl Runs {
 pub(crate) struct SuccessRate {
     /// The estimate (f64 bits), 1.0 before any outcome.
     estimate: AtomicU64,
-    /// Routing-clock time (µs) of the outcome the estimate includes last; [`NEVER`] before any.
+    /// Routing-clock time (µs) of the last outcome while the estimate is below 1; [`NEVER`]
+    /// before any, and after a hand-over.
     last_us: AtomicU64,
-    /// How fast the failures fade in time: `change_every_s` in µs as of the last outcome (f64
-    /// bits); 0 when the estimate is an EWMA or handed over, which do not fade.
-    fade_us: AtomicU64,
     runs: Mutex<Runs>,
 }
 
@@ -209,7 +207,6 @@ impl Default for SuccessRate {
         SuccessRate {
             estimate: AtomicU64::new(1.0f64.to_bits()),
             last_us: AtomicU64::new(NEVER),
-            fade_us: AtomicU64::new(0),
             runs: Mutex::default(),
         }
     }
@@ -223,17 +220,17 @@ impl SuccessRate {
     }
 
     /// The estimate as a pick at `now_us` (routing clock) reads it: the share of failures
-    /// fades with the chance of a change since the last outcome (see the module's doc).
+    /// fades with the chance of a change since the last outcome (see the module's doc). An
+    /// EWMA ([`SuccessParams::enabled`] false) does not fade.
     #[inline]
-    pub(crate) fn at(&self, now_us: u64) -> f64 {
+    pub(crate) fn at(&self, now_us: u64, p: &SuccessParams) -> f64 {
         let s = self.get();
-        let fade_us = f64::from_bits(self.fade_us.load(Relaxed));
         let last = self.last_us.load(Relaxed);
-        if s >= 1.0 || fade_us <= 0.0 || last == NEVER {
+        if s >= 1.0 || last == NEVER || !p.enabled() {
             return s;
         }
-        let quiet_us = now_us.saturating_sub(last) as f64;
-        1.0 - (1.0 - s) * (-quiet_us / fade_us).exp()
+        let quiet_s = now_us.saturating_sub(last) as f64 / 1e6;
+        1.0 - (1.0 - s) * (-quiet_s / p.change_every_s).exp()
     }
 
     /// Folds in one outcome at `now_us` (routing clock). With the estimate off
@@ -241,7 +238,6 @@ impl SuccessRate {
     pub(crate) fn observe(&self, success: bool, now_us: u64, p: &SuccessParams, alpha: f64) {
         let sample = if success { 1.0 } else { 0.0 };
         if !p.enabled() {
-            self.fade_us.store(0, Relaxed);
             let _ = self.estimate.fetch_update(Relaxed, Relaxed, |cur| {
                 let cur = f64::from_bits(cur);
                 Some((cur + alpha * (sample - cur)).to_bits())
@@ -255,10 +251,6 @@ impl SuccessRate {
         // nothing the picks read.
         if estimate < 1.0 {
             self.last_us.store(runs.last_us.unwrap_or(now_us), Relaxed);
-            let fade_bits = (p.change_every_s * 1e6).to_bits();
-            if self.fade_us.load(Relaxed) != fade_bits {
-                self.fade_us.store(fade_bits, Relaxed);
-            }
         }
         if self.estimate.load(Relaxed) != estimate.to_bits() {
             self.estimate.store(estimate.to_bits(), Relaxed);
@@ -383,38 +375,38 @@ mod tests {
         }
         let (last, down) = (29_000 * MS, s.get());
         assert!(down < 0.01, "{down}");
-        assert_eq!(s.at(last), down);
+        assert_eq!(s.at(last, &P), down);
         assert_eq!(
-            s.at(last - 5_000 * MS),
+            s.at(last - 5_000 * MS, &P),
             down,
             "a clock behind the outcome reads it as is"
         );
         for quiet_s in [10u64, 60, 240] {
             let h = 1.0 - (-(quiet_s as f64) / P.change_every_s).exp();
             let want = down + h * (1.0 - down);
-            let got = s.at(last + quiet_s * 1_000 * MS);
+            let got = s.at(last + quiet_s * 1_000 * MS, &P);
             assert!((got - want).abs() < 1e-12, "{quiet_s} s: {got} vs {want}");
         }
         // The next outcome starts from the estimate, not from the faded reading.
         s.observe(false, last + 60_000 * MS, &P, 0.4);
-        assert!(s.at(last + 60_000 * MS) < 0.6);
+        assert!(s.at(last + 60_000 * MS, &P) < 0.6);
     }
 
     #[test]
     fn a_rate_without_failures_or_without_change_points_does_not_fade() {
         let healthy = SuccessRate::default();
         healthy.observe(true, 0, &P, 0.4);
-        assert_eq!(healthy.at(3_600_000 * MS), 1.0);
+        assert_eq!(healthy.at(3_600_000 * MS, &P), 1.0);
         let off = SuccessParams {
             change_every_s: 0.0,
             ..P
         };
         let ewma = SuccessRate::default();
         ewma.observe(false, 0, &off, 0.4);
-        assert!((ewma.at(3_600_000 * MS) - 0.6).abs() < 1e-12);
+        assert!((ewma.at(3_600_000 * MS, &off) - 0.6).abs() < 1e-12);
         let handed_over = SuccessRate::default();
         handed_over.seed(0.5, 1.0);
-        assert_eq!(handed_over.at(3_600_000 * MS), 0.5);
+        assert_eq!(handed_over.at(3_600_000 * MS, &P), 0.5);
     }
 
     #[test]

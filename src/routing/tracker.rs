@@ -14,7 +14,7 @@ use super::params::RoutingParams;
 use super::pressure::Pressure;
 use super::quota::{QuotaKind, QuotaParams, QuotaView, Quotas};
 use super::selector::{sane_k, Drawn};
-use super::success_rate::SuccessRate;
+use super::success_rate::{SuccessParams, SuccessRate};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -387,8 +387,9 @@ impl CandidateStats {
         }
     }
 
-    /// Everything the selector needs for one mode at time `now_us` (waiting age, back-off).
-    pub fn snapshot_at(&self, mode: Mode, now_us: u64) -> Snapshot {
+    /// Everything the selector needs for one mode at time `now_us` (waiting age, back-off,
+    /// the success rate's fade by `success`).
+    pub fn snapshot_at(&self, mode: Mode, now_us: u64, success: &SuccessParams) -> Snapshot {
         Snapshot {
             wait_age_us: self.wait_age_us(mode, now_us),
             backed_off: self.backed_off(now_us),
@@ -396,7 +397,7 @@ impl CandidateStats {
             success: if self.on_probation() {
                 0.0
             } else {
-                self.success_at(now_us)
+                self.success_at(now_us, success)
             },
             ..self.snapshot(mode)
         }
@@ -539,14 +540,14 @@ impl CandidateStats {
     /// Success rate as a pick at `now_us` (routing clock) reads it: failures fade while the
     /// candidate is not heard from ([`super::success_rate`]).
     #[inline]
-    pub fn success_at(&self, now_us: u64) -> f64 {
-        self.success.at(now_us)
+    pub fn success_at(&self, now_us: u64, p: &SuccessParams) -> f64 {
+        self.success.at(now_us, p)
     }
 
     /// Error rate `1 - success` as a pick at `now_us` reads it, the quantity compared with
     /// `error_threshold`.
-    pub fn error_rate_at(&self, now_us: u64) -> f64 {
-        1.0 - self.success_at(now_us)
+    pub fn error_rate_at(&self, now_us: u64, p: &SuccessParams) -> f64 {
+        1.0 - self.success_at(now_us, p)
     }
 
     /// Requests currently in flight.
@@ -571,8 +572,8 @@ impl CandidateStats {
 
     /// /status label. A failing candidate reads "degraded" even if it never produced a latency
     /// sample (e.g. every connect fails); otherwise no latency in either mode reads "cold".
-    pub fn health(&self, error_threshold: f64, now_us: u64) -> Health {
-        if self.error_rate_at(now_us) > error_threshold {
+    pub fn health(&self, params: &RoutingParams, now_us: u64) -> Health {
+        if self.error_rate_at(now_us, &params.rule.success) > params.error_threshold {
             Health::Degraded
         } else if self.latency.iter().all(|c| c.load(Relaxed) == EMPTY) {
             Health::Cold
@@ -990,7 +991,10 @@ mod tests {
         s.record_outcome(Outcome::Success, 0, &ewma(0.3));
         assert!(close(s.success(), 0.79));
         // An EWMA does not fade: the rate at any later time is the same.
-        assert!(close(s.error_rate_at(3_600_000_000), 0.21));
+        assert!(close(
+            s.error_rate_at(3_600_000_000, &ewma(0.3).rule.success),
+            0.21
+        ));
         assert_eq!(s.requests(), 3);
         assert_eq!(s.failures(), 1);
         assert_eq!(s.client_errors(), 1);
@@ -1007,7 +1011,10 @@ mod tests {
         }
         assert!(s.needs_time(), "failures fade in time");
         let last = 19_000_000;
-        let at = |now| s.snapshot_at(Mode::NonStreaming, now).success;
+        let at = |now| {
+            s.snapshot_at(Mode::NonStreaming, now, &p.rule.success)
+                .success
+        };
         assert!(at(last) < 0.01, "{}", at(last));
         // One `change_every_s` (60 s) later a change is 63 % likely, and a new run counts as
         // fully successful until its first outcome.
@@ -1046,18 +1053,25 @@ mod tests {
 
     #[test]
     fn health_states() {
+        let threshold = |error_threshold| RoutingParams {
+            error_threshold,
+            ..RoutingParams::default()
+        };
         let s = CandidateStats::new();
-        assert_eq!(s.health(0.5, 0), Health::Cold);
+        assert_eq!(s.health(&threshold(0.5), 0), Health::Cold);
         s.record_latency(Mode::Streaming, 10.0, &LP);
-        assert_eq!(s.health(0.5, 0), Health::Warm);
+        assert_eq!(s.health(&threshold(0.5), 0), Health::Warm);
         s.record_outcome(Outcome::Failure, 0, &ewma(0.6)); // success 0.4, error 0.6
-        assert_eq!(s.health(0.5, 0), Health::Degraded);
-        assert_eq!(s.health(0.7, 0), Health::Warm);
+        assert_eq!(s.health(&threshold(0.5), 0), Health::Degraded);
+        assert_eq!(s.health(&threshold(0.7), 0), Health::Warm);
         let never_connected = CandidateStats::new();
         never_connected.record_failure(ErrorKind::Connect, 1, 0, &RoutingParams::default());
-        assert_eq!(never_connected.health(0.5, 0), Health::Degraded);
+        assert_eq!(never_connected.health(&threshold(0.5), 0), Health::Degraded);
         // Not heard from for two minutes, its failures have faded: a pick may try it again.
-        assert_eq!(never_connected.health(0.5, 120_000_000), Health::Cold);
+        assert_eq!(
+            never_connected.health(&threshold(0.5), 120_000_000),
+            Health::Cold
+        );
         assert_eq!(Health::Cold.as_str(), "cold");
         assert_eq!(Health::Degraded.as_str(), "degraded");
         assert_eq!(Health::Warm.as_str(), "warm");
@@ -1152,7 +1166,7 @@ mod tests {
             assert!(s.needs_time());
             assert_eq!(s.wait_age_us(Mode::NonStreaming, 500), Some(400.0));
             assert_eq!(s.wait_age_us(Mode::Streaming, 500), None);
-            let snap = s.snapshot_at(Mode::NonStreaming, 500);
+            let snap = s.snapshot_at(Mode::NonStreaming, 500, &SuccessParams::DEFAULT);
             assert_eq!(snap.wait_age_us, Some(400.0));
             assert_eq!(s.snapshot(Mode::NonStreaming).wait_age_us, None);
             // The younger one's first chunk overtakes the older one, which no longer counts.
@@ -1191,7 +1205,7 @@ mod tests {
                 s.record_answer(&answer, false, &params, due);
             }
             if i > 10_000 {
-                let snap = s.snapshot_at(Mode::NonStreaming, now);
+                let snap = s.snapshot_at(Mode::NonStreaming, now, &SuccessParams::DEFAULT);
                 let lat = snap.latency_us.unwrap_or(f64::NAN);
                 let charged = super::super::selector::charged_latency_us(&snap, &params.rule);
                 let charged = charged.unwrap_or(f64::NAN);
@@ -1249,7 +1263,10 @@ mod tests {
         s.back_off_until(1_000);
         assert!(s.needs_time());
         assert!(s.backed_off(999));
-        assert!(s.snapshot_at(Mode::Streaming, 999).backed_off);
+        assert!(
+            s.snapshot_at(Mode::Streaming, 999, &SuccessParams::DEFAULT)
+                .backed_off
+        );
         assert_eq!(s.back_off_deadline_us(), Some(1_000));
         assert!(!s.backed_off(1_000));
         assert_eq!(s.back_off_deadline_us(), None);
