@@ -16,28 +16,19 @@
 //!   when nothing queues, as this sidecar first saw it. The EWMA takes the answers in the
 //!   order their requests were sent ([`super::send_order`]): a busy proxy hears a burst's
 //!   fastest answers first, and their mean would set the floor far below the candidate's;
-//! - a **low envelope**: a streaming estimate of a very low quantile (`low_quantile`) of the
-//!   answers, which falls by about `low_step` at each answer below it and rises by
-//!   `low_step × low_quantile` at each answer above it: it follows the fastest answers the
-//!   candidate gives now, so every sidecar that sees its queue drain, whenever it first met
-//!   it, pulls it down to about half the idle median; times the ratio level ÷ envelope of a
-//!   candidate that does not queue (`low_ratio` for the log-normal jitter σ = 0.25 it was
-//!   measured at, scaled to the candidate's own jitter, the standard deviation of its
-//!   log-latency over about 50 answers: `low_z`) it is a second estimate of the idle
-//!   latency;
 //! - an **unqueued latency**: the mean of the answers to requests sent while the whole fleet
 //!   lightened the candidate ([`super::lull`]), its queue empty, each new one weighing at
 //!   least `unqueued_alpha` (about the last forty), raised by `unqueued_margin` ÷ √n for its
 //!   few answers, and counted once it has
 //!   `unqueued_min`: what the candidate does when the fleet sends it less, measured rather
 //!   than inferred;
-//! - a **reference**: the lowest of the floor, the envelope's estimate and the unqueued
-//!   latency (lulls can only lower it: where they drain nothing, the rule is the same as
-//!   without them);
+//! - a **reference**: the lower of the floor and the unqueued latency (lulls can only lower
+//!   it: where they drain nothing, the rule is the same as without them);
 //! - **lasting**: whether consecutive answers' log-latencies correlate (lag 1, an EWMA at
 //!   `spread_alpha` of their covariance over the jitter's variance) by more than
-//!   `correlation_z` standard errors of the estimate for answers that do not: a queue lasts
-//!   from one answer to the next, jitter is drawn afresh for each;
+//!   `correlation_z` standard errors of the estimate for answers that do not (the jitter's
+//!   variance, an EWMA at `spread_alpha`, starts from `jitter_prior`²): a queue lasts from one
+//!   answer to the next, jitter is drawn afresh for each;
 //! - a **discount** `d`: with excess = ln(level ÷ reference), the unit the shares weigh
 //!   latency in (a tenfold slowdown is an excess of ln 10 ≈ 2.3, not 9; near the target the
 //!   two agree), each answer adds `gain` ×
@@ -86,26 +77,9 @@ pub struct CongestionParams {
     /// Relative rise of the floor per `period_us` of answers (so a provider that really became
     /// slower is eventually measured from its new floor: ×2 after about an hour of answers).
     pub floor_rise: f64,
-    /// Quantile the low envelope tracks: in equilibrium this fraction of answers is below it.
-    pub low_quantile: f64,
-    /// Step of the low envelope per answer (relative): it falls by `low_step × (1 − low_quantile)`
-    /// at an answer below it and rises by `low_step × low_quantile` (0.02%) at one above it.
-    pub low_step: f64,
-    /// Larger steps while the envelope is young: the step of the `n`-th answer is at least
-    /// `low_start / n`, so the first answers bring it near its quantile quickly.
-    pub low_start: f64,
-    /// Level ÷ low envelope of a candidate that does not queue, with the log-normal jitter
-    /// (σ = 0.25) of `sturnus simulate`'s providers: the envelope sits at the 0.4% quantile,
-    /// e^(−2.65 σ) ≈ 0.515 of the median, and the level at about the mean, e^(σ²/2) ≈ 1.03 of
-    /// it; measured on a long stream of such answers (the unit test below checks it).
-    pub low_ratio: f64,
-    /// Log-normal jitter σ at which `low_ratio` was measured.
-    pub low_ratio_jitter: f64,
-    /// How many standard deviations of the log-latency the envelope sits below the median (the
-    /// normal 0.4% quantile): with a measured jitter σ the ratio becomes `LOW_RATIO ×
-    /// e^(g(σ) − g(0.25))`, g(σ) = σ²/2 + LOW_Z σ, so a candidate that is simply more erratic
-    /// does not read as queued.
-    pub low_z: f64,
+    /// Log-normal jitter σ the jitter's variance starts from (the simulator's providers'), a
+    /// prior that fades over about `1 / spread_alpha` answers.
+    pub jitter_prior: f64,
     /// Smoothing of the log-latency mean and variance that measure the jitter, and of the
     /// covariance of consecutive answers' log-latencies (per answer).
     pub spread_alpha: f64,
@@ -158,12 +132,7 @@ impl CongestionParams {
         warm_answers: 2,
         confidence: 0.25,
         floor_rise: 0.0002,
-        low_quantile: 0.004,
-        low_step: 0.05,
-        low_start: 0.5,
-        low_ratio: 2.06,
-        low_ratio_jitter: 0.25,
-        low_z: 2.65,
+        jitter_prior: 0.25,
         spread_alpha: 0.02,
         correlation_z: 0.5,
         target: 0.08,
@@ -202,10 +171,6 @@ pub(crate) struct Congestion {
     reference: [AtomicU64; 2],
     /// When the latest answer came, per mode (routing clock, µs; 0 = none yet).
     last_at: [AtomicU64; 2],
-    // The envelope's cells come after the discount, which the selector reads on every pick,
-    // so that they do not move it to another cache line.
-    /// Low envelope of the answers (see `low_quantile`), per mode.
-    low: [AtomicU64; 2],
     /// EWMA of the log-latency, and of its squared deviation (the jitter σ²), per mode.
     log_mean: [AtomicU64; 2],
     log_var: [AtomicU64; 2],
@@ -227,7 +192,6 @@ impl Default for Congestion {
             steady: empty(),
             answers: [AtomicU64::new(0), AtomicU64::new(0)],
             floor: empty(),
-            low: empty(),
             log_mean: empty(),
             log_var: empty(),
             last_log: empty(),
@@ -259,15 +223,6 @@ fn update(cell: &AtomicU64, f: impl Fn(Option<f64>) -> f64) -> f64 {
         Some(out.to_bits())
     });
     out
-}
-
-/// Level ÷ low envelope of a candidate that does not queue, for log-normal jitter `sigma`.
-/// Any σ gives a usable ratio: the reference is the lowest of the floor and the envelope times
-/// this, so a large σ cannot raise it, and a small one scales a steady candidate's envelope to
-/// its level.
-fn low_ratio(sigma: f64, p: &CongestionParams) -> f64 {
-    let g = |s: f64| s * s / 2.0 + p.low_z * s;
-    p.low_ratio * (g(sigma) - g(p.low_ratio_jitter)).exp()
 }
 
 /// How far an answer may grow the discount: `ceiling` × `exploit_k` × ln(slowest ÷ level),
@@ -343,20 +298,13 @@ impl Congestion {
         let n = self.answers[i].fetch_add(1, Relaxed) + 1;
         let first = 1.0 / n as f64;
         let steady = self.steady_in_send_order(i, answer, p);
-        let step = p.low_step.max(p.low_start * first);
-        let low = update(&self.low[i], |o| {
-            o.map_or(x, |q| {
-                let below = if x < q { 1.0 } else { 0.0 };
-                q * (1.0 + step * (p.low_quantile - below))
-            })
-        });
         let lx = x.max(1.0).ln();
         let mean = update(&self.log_mean[i], |o| {
             ewma(o, lx, p.spread_alpha.max(first))
         });
-        // The variance starts at the calibration jitter's, a prior that fades over ~50 answers.
+        // The variance starts at `jitter_prior`², a prior that fades over ~50 answers.
         let var = update(&self.log_var[i], |o| {
-            let prior = p.low_ratio_jitter * p.low_ratio_jitter;
+            let prior = p.jitter_prior * p.jitter_prior;
             ewma(
                 Some(o.unwrap_or(prior)),
                 (lx - mean) * (lx - mean),
@@ -388,10 +336,9 @@ impl Congestion {
                 candidate.min(f * (1.0 + p.floor_rise * periods))
             })
         });
-        let inferred = floor.min(low * low_ratio(var.sqrt(), p));
         let reference = self
             .unqueued(i, x, unqueued, p)
-            .map_or(inferred, |u| inferred.min(u));
+            .map_or(floor, |u| floor.min(u));
         self.reference[i].store(reference.to_bits(), Relaxed);
         let excess = if reference > 0.0 {
             (level / reference).max(f64::MIN_POSITIVE).ln()
@@ -695,41 +642,30 @@ mod tests {
         assert!(floor < 0.75 * mean, "floor {floor:.0} mean {mean:.0}");
     }
 
-    fn level_and_low(c: &Fed) -> (f64, f64) {
-        (c.level(), load(&c.low[NS.slot()]).unwrap_or(0.0))
-    }
-
     #[test]
-    fn an_unqueued_candidate_reads_its_idle_latency_from_the_envelope() {
+    fn an_unqueued_candidate_keeps_a_small_discount() {
         let c = Fed::default();
         let mut rng = SplitMix64::new(7);
-        let (mut ratio, mut d, mut count) = (0.0, 0.0, 0.0);
+        let (mut d, mut count) = (0.0, 0.0);
         for i in 0..20_000 {
             answer(&c, jittered(&mut rng, 200_000.0));
             if i >= 2_000 {
-                let (level, low) = level_and_low(&c);
-                ratio += level / (low * P.low_ratio);
                 d += c.discount(NS);
                 count += 1.0;
             }
         }
-        // On average the envelope times P.low_ratio is the level: no excess, and only the small
-        // discount the jitter's excursions above the target leave (mean about 0.06: weight
-        // x 0.94).
-        let ratio = ratio / count;
-        assert!((ratio - 1.0).abs() < 0.03, "{ratio}");
+        // The floor sits about at the level, and only the jitter's excursions above the
+        // target leave a discount (measured 0.004).
         let d = d / count;
-        assert!(d < 0.1, "{d}");
-        // The envelope sits near the 0.4% quantile, e^(-2.65 x 0.25) of the median.
-        let (_, low) = level_and_low(&c);
-        assert!((low / 200_000.0 - 0.515).abs() < 0.08, "{low}");
+        assert!(d < 0.02, "{d}");
+        let (level, floor) = (c.level(), load(&c.floor[NS.slot()]).unwrap_or(0.0));
+        assert!((level / floor - 1.0).abs() < P.target, "{level} {floor}");
     }
 
     #[test]
     fn a_more_erratic_candidate_does_not_read_as_queued() {
-        // Jitter σ = 0.35 instead of 0.25: the envelope sits further below the level, and the
-        // measured jitter scales the ratio so that no lasting discount builds up (the larger
-        // excursions leave a mean of about 0.12: weight x 0.89).
+        // Jitter σ = 0.35 instead of 0.25: the measured jitter follows it, and no lasting
+        // discount builds up (the larger excursions leave a mean of about 0.012).
         let c = Fed::default();
         let mut rng = SplitMix64::new(5);
         let mut d = 0.0;
@@ -741,48 +677,9 @@ mod tests {
             }
         }
         let d = d / 18_000.0;
-        assert!(d < 0.15, "{d}");
+        assert!(d < 0.05, "{d}");
         let sigma = load(&c.log_var[NS.slot()]).unwrap_or(0.0).sqrt();
         assert!((sigma - 0.35).abs() < 0.05, "{sigma}");
-        // With the ratio fixed at σ = 0.25's the same answers would read about 35% queued.
-        let (level, low) = level_and_low(&c);
-        assert!(
-            level / (low * P.low_ratio) - 1.0 > P.target,
-            "{level} {low}"
-        );
-    }
-
-    #[test]
-    fn the_envelope_finds_a_queue_the_floor_learned_too_late() {
-        let c = Fed::default();
-        let mut rng = SplitMix64::new(11);
-        // First met while already queued: a steady 130 ms wait before an idle 200 ms answer.
-        let queued = |rng: &mut SplitMix64| 130_000.0 + jittered(rng, 200_000.0);
-        for _ in 0..200 {
-            answer(&c, queued(&mut rng));
-        }
-        // The queue drains now and then: five answers in a row in every fifty do not wait.
-        for i in 0..1_000 {
-            let x = if i % 50 < 5 {
-                jittered(&mut rng, 200_000.0)
-            } else {
-                queued(&mut rng)
-            };
-            answer(&c, x);
-        }
-        // The floor alone still sees no queue...
-        let (level, low) = level_and_low(&c);
-        let floor = load(&c.floor[NS.slot()]).unwrap_or(0.0);
-        let sigma = load(&c.log_var[NS.slot()]).unwrap_or(0.0).sqrt();
-        let idle = low * low_ratio(sigma, &P);
-        assert!(
-            level / floor - 1.0 < P.target,
-            "{level} {floor} {idle} {sigma} {}",
-            c.discount(NS)
-        );
-        // ...the envelope does: it finds answers that did not wait, and the discount grows.
-        assert!(idle < 0.85 * floor, "{idle} {floor}");
-        assert!(c.discount(NS) > 1.0, "{}", c.discount(NS));
     }
 
     fn lull_answer(c: &Fed, micros: f64) {
@@ -794,7 +691,7 @@ mod tests {
         let c = Fed::default();
         let mut rng = SplitMix64::new(13);
         // Queued from the first answer on (a steady 100 ms wait before an idle 200 ms answer):
-        // neither the floor nor the envelope ever sees the idle latency.
+        // the floor never sees the idle latency.
         let queued = |rng: &mut SplitMix64| 100_000.0 + jittered(rng, 200_000.0);
         for _ in 0..500 {
             answer(&c, queued(&mut rng));
@@ -829,26 +726,30 @@ mod tests {
         }
         // The unqueued latency is an EWMA of a few jittered answers: with its margin, its
         // noise adds little to the small mean discount the jitter's excursions above the
-        // target leave anyway (measured 0.071, against 0.06 without lulls: weight x 0.93).
+        // target leave anyway (measured 0.006, against 0.004 without lulls).
         let d = d / 18_000.0;
-        assert!(d < 0.15, "{d}");
+        assert!(d < 0.03, "{d}");
     }
 
     #[test]
     fn lulls_that_drain_nothing_leave_the_discount_as_without_them() {
         // A queue the lulls do not empty (the fleet's clocks disagree, or most of the load is
         // not ours): lull answers wait like the rest, and the discount is the one the floor
-        // and the envelope give alone.
+        // gives alone, here learned before the queue built up.
         let (plain, lulled) = (Fed::default(), Fed::default());
         let mut rng = SplitMix64::new(19);
-        let (mut d_plain, mut d_lulled) = (0.0, 0.0);
+        let (mut d_plain, mut d_lulled, mut wait) = (0.0, 0.0, 0.0);
         for i in 0..4_000 {
-            // Queued from the start, draining for five answers in a row in every fifty.
-            let x = if i % 50 < 5 {
-                jittered(&mut rng, 200_000.0)
-            } else {
-                130_000.0 + jittered(&mut rng, 200_000.0)
-            };
+            // The queue's wait holds for runs of twenty answers: 80 or 180 ms.
+            if i % 20 == 0 {
+                wait = if rng.next_f64() < 0.5 {
+                    80_000.0
+                } else {
+                    180_000.0
+                };
+            }
+            let idle = jittered(&mut rng, 200_000.0);
+            let x = if i < 100 { idle } else { wait + idle };
             answer(&plain, x);
             if i % 20 == 5 {
                 lull_answer(&lulled, x);
@@ -954,7 +855,7 @@ mod tests {
         // floor often set low by the first answers' luck, which leaves an excess that never
         // ends. Its answers do not persist from one to the next: the discount grows only on
         // the answers that pass the lasting test by chance, and the others take it off (the
-        // median run averages 0.44, the worst 1.1).
+        // median run averages 0.34, the worst 1.1).
         let mut means: Vec<f64> = (1..=12)
             .map(|seed| {
                 let c = Fed::default();
