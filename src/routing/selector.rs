@@ -577,9 +577,11 @@ fn choose_with_clock<C: AsRef<CandidateStats>>(
             let c = c.as_ref();
             let now = c.needs_time().then(&mut *clock);
             let backed_off = now.is_some_and(|t| c.backed_off(t));
-            let success =
-                now.map_or_else(|| c.success(), |t| c.success_at(t, &params.rule.success));
-            if 1.0 - success <= params.error_threshold && !backed_off {
+            let error_rate = now.map_or_else(
+                || 1.0 - c.success(),
+                |t| c.error_rate_at(t, &params.rule.success),
+            );
+            if error_rate <= params.error_threshold && !backed_off {
                 return Some(Choice {
                     index: i,
                     pinned_honoured: true,
