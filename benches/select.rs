@@ -45,6 +45,7 @@ fn warm_catalog() -> Arc<Catalog> {
             c.stats.record_latency(
                 Mode::NonStreaming,
                 150_000.0 + 40_000.0 * i as f64,
+                None,
                 &catalog.params.rule.latency,
             );
             c.stats
@@ -62,7 +63,12 @@ fn request_cycle(catalog: &Catalog, n: u64) {
     let stats = &alias.candidates[choice.index].stats;
     let _inflight = stats.begin();
     let sample = 150_000.0 + (n % 97) as f64 * 1_000.0;
-    stats.record_latency(Mode::NonStreaming, sample, &catalog.params.rule.latency);
+    stats.record_latency(
+        Mode::NonStreaming,
+        sample,
+        None,
+        &catalog.params.rule.latency,
+    );
     stats.record_outcome(Outcome::Success, 0, &catalog.params);
 }
 

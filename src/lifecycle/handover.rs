@@ -261,26 +261,36 @@ mod tests {
     #[test]
     fn kept_candidates_carry_their_ewmas_removed_drop_new_start_cold() {
         let old = catalog(r#"{ provider = "a", model = "x" }, { provider = "b", model = "y" }"#);
-        old.candidates[0]
-            .stats
-            .record_latency(Mode::NonStreaming, 1500.0, &LatencyParams::DEFAULT);
+        old.candidates[0].stats.record_latency(
+            Mode::NonStreaming,
+            1500.0,
+            None,
+            &LatencyParams::DEFAULT,
+        );
         // A value with a long expansion must come back bit for bit.
         old.candidates[0].stats.record_latency(
             Mode::NonStreaming,
             7558.778730109521,
+            None,
             &LatencyParams::DEFAULT,
         );
-        old.candidates[0]
-            .stats
-            .record_latency(Mode::Streaming, 700.0, &LatencyParams::DEFAULT);
+        old.candidates[0].stats.record_latency(
+            Mode::Streaming,
+            700.0,
+            None,
+            &LatencyParams::DEFAULT,
+        );
         old.candidates[0].stats.record_outcome(
             Outcome::Failure,
             0,
             &crate::routing::RoutingParams::default(),
         );
-        old.candidates[1]
-            .stats
-            .record_latency(Mode::NonStreaming, 9.0, &LatencyParams::DEFAULT);
+        old.candidates[1].stats.record_latency(
+            Mode::NonStreaming,
+            9.0,
+            None,
+            &LatencyParams::DEFAULT,
+        );
         let path = scratch("state.json");
         assert_eq!(save(&old, &path).unwrap(), 2);
 

@@ -121,7 +121,12 @@ mod tests {
 
     fn warm(latency_us: f64) -> Arc<CandidateStats> {
         let s = Arc::new(CandidateStats::new());
-        s.record_latency(Mode::NonStreaming, latency_us, &LatencyParams::DEFAULT);
+        s.record_latency(
+            Mode::NonStreaming,
+            latency_us,
+            None,
+            &LatencyParams::DEFAULT,
+        );
         s
     }
 

@@ -470,7 +470,9 @@ mod tests {
         fn feed_sample(&self, mut sample: Sample, at_us: Option<u64>, p: &CongestionParams) {
             let x = sample.latency_us;
             sample.level_us = if x.is_finite() && x >= 0.0 {
-                self.latency.borrow_mut().add(x, &LatencyParams::DEFAULT)
+                self.latency
+                    .borrow_mut()
+                    .add(x, at_us, &LatencyParams::DEFAULT)
             } else {
                 x
             };

@@ -13,17 +13,24 @@
 //!   read as a change;
 //! - `up` = max(0, `up` + z − `slack`), `down` = max(0, `down` − z − `slack`), each side
 //!   measuring in the unit it had when its run (its answers since it last stood at 0) began;
-//! - once either passes `threshold`, the answers before that side's run are dropped: the
-//!   estimate becomes the mean of the run alone, and ρ goes back to where it stood when the
-//!   run began.
+//! - once either passes the threshold (below), the answers before that side's run are
+//!   dropped: the estimate becomes the mean of the run alone, and ρ goes back to where it
+//!   stood when the run began.
 //!
 //! A change's own answers deviate from the old level together, so they would widen the unit
 //! that is to find them; each run is judged in the unit from before it, and a run found to be
 //! a change leaves ρ as it found it.
 //!
-//! A lasting shift of `δ` spreads is found after about `threshold ÷ (δ − slack)` answers (a
-//! step to twice as slow at a spread of 0.25: two answers), and answers that vary as before
-//! pass it about once in 230 (the two-sided CUSUM's average run length at these constants).
+//! A lasting shift of `δ` spreads is found after about `h ÷ (δ − slack)` answers at threshold
+//! `h` (a step to twice as slow at a spread of 0.25 and `h` 5: two answers), and answers that
+//! vary as before pass it about once in e^(h + 1.17) answers (the two-sided CUSUM's average
+//! run length at slack ½; a few hundred at 5, with the level and spread estimated). A false
+//! change restarts the mean from the few answers that passed the test, and the mean then takes
+//! about `1 ÷ min_weight` answers to settle: the cost of a false change is counted in answers,
+//! the delay of a real one in answers that each take 1 ÷ rate. So the threshold is held to one
+//! false change per `false_change_s` at the rate the candidate answers, ln(rate ×
+//! `false_change_s`) − 1.17, and never below `threshold`: 5 below 0.8 answers a second, 9.8
+//! at 100 a second, where a step to twice as slow still shows within five answers.
 //! Between changes the last hundred answers count, so the shares of a steady candidate stop
 //! moving with its last few. The test starts once two answers have measured a spread.
 
@@ -33,7 +40,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LatencyParams {
-    /// Evidence, in spreads summed over a run of answers, that makes the run a new level.
+    /// Evidence, in spreads summed over a run of answers, that makes the run a new level at a
+    /// candidate that answers seldom (the least threshold).
     pub threshold: f64,
     /// Part of a spread each answer may differ by without adding to the evidence: half the
     /// smallest shift (one spread) the test is sized for.
@@ -48,6 +56,10 @@ pub struct LatencyParams {
     /// `1 ÷ min_weight` answers, so it remembers about a hundred and still follows a drift too
     /// slow for the test to find.
     pub min_weight: f64,
+    /// Time between false changes the test allows a candidate that answers often (s): at `r`
+    /// answers a second the threshold is ln(`r` × this) − 1.17, never below `threshold`
+    /// (0: `threshold` at every rate).
+    pub false_change_s: f64,
 }
 
 impl LatencyParams {
@@ -58,6 +70,7 @@ impl LatencyParams {
         min_spread: 0.05,
         max_correlation: 0.9,
         min_weight: 0.02,
+        false_change_s: 600.0,
     };
 }
 
@@ -73,6 +86,40 @@ fn memory(p: &LatencyParams) -> f64 {
         1.0 / p.min_weight
     } else {
         f64::INFINITY
+    }
+}
+
+/// ln of the answers a two-sided CUSUM at slack ½ passes, on average, before a false change
+/// is found at threshold `h`, minus `h`: e^(h + 1.17) answers (Siegmund's approximation; a
+/// unit test measures it).
+const FALSE_CHANGE_LOG_OFFSET: f64 = 1.17;
+
+/// How often a candidate answers: the mean time between its answers, each gap weighing 1 ÷ n
+/// down to `min_weight`, as the mean does.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct AnswerRate {
+    /// Gaps folded in.
+    gaps: f64,
+    /// Their mean (µs).
+    mean_gap_us: f64,
+    /// When the latest answer came (routing clock, µs); `None` before the first.
+    last_at_us: Option<u64>,
+}
+
+impl AnswerRate {
+    /// Notes an answer that came at `at_us`.
+    fn answer(&mut self, at_us: u64, p: &LatencyParams) {
+        if let Some(last) = self.last_at_us {
+            self.gaps = (self.gaps + 1.0).min(memory(p));
+            let gap = at_us.saturating_sub(last) as f64;
+            self.mean_gap_us += (gap - self.mean_gap_us) / self.gaps;
+        }
+        self.last_at_us = Some(at_us);
+    }
+
+    /// Answers per second; `None` before two answers have come.
+    fn per_second(&self) -> Option<f64> {
+        (self.gaps > 0.0).then(|| 1e6 / self.mean_gap_us.max(1.0))
     }
 }
 
@@ -187,6 +234,8 @@ pub struct LatencyMean {
     up: Run,
     /// Evidence that they became faster.
     down: Run,
+    /// How often the answers come, which sets how strict the test is.
+    rate: AnswerRate,
 }
 
 impl LatencyMean {
@@ -202,8 +251,23 @@ impl LatencyMean {
         (self.count > 0.0).then_some(self.mean)
     }
 
-    /// Folds in one answer's latency (µs, finite and not negative) and returns the estimate.
-    pub fn add(&mut self, latency_us: f64, p: &LatencyParams) -> f64 {
+    /// The evidence that makes a run a new level: held to one false change per
+    /// `false_change_s` at the rate the answers come, never below `threshold`.
+    fn threshold(&self, p: &LatencyParams) -> f64 {
+        match self.rate.per_second() {
+            Some(per_s) if p.false_change_s > 0.0 => p
+                .threshold
+                .max((per_s * p.false_change_s).ln() - FALSE_CHANGE_LOG_OFFSET),
+            _ => p.threshold,
+        }
+    }
+
+    /// Folds in one answer's latency (µs, finite and not negative) that came at `at_us` on the
+    /// routing clock (`None`: unknown, the test at `threshold`), and returns the estimate.
+    pub fn add(&mut self, latency_us: f64, at_us: Option<u64>, p: &LatencyParams) -> f64 {
+        if let Some(at) = at_us {
+            self.rate.answer(at, p);
+        }
         let log = latency_us.max(1.0).ln();
         if self.count == 0.0 {
             self.restart(1.0, latency_us, log);
@@ -218,9 +282,10 @@ impl LatencyMean {
             let down = -deviation / self.down.unit_or(now).long_run_spread(p);
             self.up.push(up - p.slack, latency_us, log, now);
             self.down.push(down - p.slack, latency_us, log, now);
+            let threshold = self.threshold(p);
             let changed = [self.up, self.down]
                 .into_iter()
-                .find(|run| run.evidence > p.threshold);
+                .find(|run| run.evidence > threshold);
             if let Some(run) = changed {
                 self.unit.lag = run.unit.lag;
                 self.restart(run.count, run.sum / run.count, run.log_sum / run.count);
@@ -272,10 +337,10 @@ mod tests {
     fn steady_answers_average_then_weigh_at_least_min_weight() {
         let mut m = LatencyMean::default();
         assert_eq!(m.mean(), None);
-        assert_eq!(m.add(200_000.0, &P), 200_000.0);
+        assert_eq!(m.add(200_000.0, None, &P), 200_000.0);
         let samples: Vec<f64> = jittered(200_000.0, 400).collect();
         for &s in &samples[1..] {
-            m.add(s, &P);
+            m.add(s, None, &P);
         }
         // No change is found: the first 50 answers' plain mean, then an EWMA at min_weight.
         let mut expected = (200_000.0 + samples[1..50].iter().sum::<f64>()) / 50.0;
@@ -291,12 +356,12 @@ mod tests {
     fn a_step_restarts_the_mean_from_the_answers_after_it() {
         let mut m = LatencyMean::default();
         for s in jittered(200_000.0, 100) {
-            m.add(s, &P);
+            m.add(s, None, &P);
         }
         let slow: Vec<f64> = jittered(600_000.0, 4).collect();
         let mut after = Vec::new();
         for &s in &slow {
-            after.push(m.add(s, &P));
+            after.push(m.add(s, None, &P));
         }
         assert!(
             after[0] < 250_000.0,
@@ -310,12 +375,12 @@ mod tests {
     fn a_recovery_is_found_as_fast_as_a_slowdown() {
         let mut m = LatencyMean::default();
         for s in jittered(900_000.0, 200) {
-            m.add(s, &P);
+            m.add(s, None, &P);
         }
         let mut steps = 0;
         for s in jittered(300_000.0, 10) {
             steps += 1;
-            if m.add(s, &P) < 450_000.0 {
+            if m.add(s, None, &P) < 450_000.0 {
                 break;
             }
         }
@@ -326,9 +391,9 @@ mod tests {
     fn a_constant_latency_still_shows_a_step() {
         let mut m = LatencyMean::default();
         for _ in 0..50 {
-            m.add(100_000.0, &P);
+            m.add(100_000.0, None, &P);
         }
-        m.add(150_000.0, &P);
+        m.add(150_000.0, None, &P);
         assert_eq!(m.mean(), Some(150_000.0));
     }
 
@@ -336,11 +401,11 @@ mod tests {
     fn a_lone_outlier_moves_the_mean_by_its_weight() {
         let mut m = LatencyMean::default();
         for s in jittered(200_000.0, 100) {
-            m.add(s, &P);
+            m.add(s, None, &P);
         }
         let before = m.mean().unwrap();
         let outlier = 200_000.0 * 0.6f64.exp();
-        m.add(outlier, &P);
+        m.add(outlier, None, &P);
         assert_eq!(m.count, 50.0, "3 spreads in one answer is not a change");
         let expected = before + (outlier - before) * P.min_weight;
         assert!(close(m.mean().unwrap(), expected, 1e-9));
@@ -365,16 +430,67 @@ mod tests {
 
     /// How many times the estimate starts over on `samples`.
     fn restarts(samples: &[f64], p: &LatencyParams) -> usize {
+        restarts_at(samples, None, p)
+    }
+
+    /// How many times the estimate starts over on `samples` answered `gap_us` apart (`None`:
+    /// no time known).
+    fn restarts_at(samples: &[f64], gap_us: Option<u64>, p: &LatencyParams) -> usize {
         let mut m = LatencyMean::default();
         let mut restarts = 0;
-        for &s in samples {
+        for (i, &s) in samples.iter().enumerate() {
             let before = m.count;
-            m.add(s, p);
+            m.add(s, gap_us.map(|gap| gap * i as u64), p);
             if m.count < before {
                 restarts += 1;
             }
         }
         restarts
+    }
+
+    #[test]
+    fn a_busy_candidate_starts_over_by_chance_about_once_per_false_change_s() {
+        // Forty minutes of steady answers at 100 a second: the threshold is
+        // ln(100 × 600) − 1.17 ≈ 9.8, a false change about once in 60,000 answers.
+        let steady = in_runs(300_000.0, 0.25, 0.0, 240_000);
+        let busy = restarts_at(&steady, Some(10_000), &P);
+        assert!(
+            (1..=16).contains(&busy),
+            "{busy} false changes in 40 minutes"
+        );
+        // At `threshold` alone the same answers start over a thousand times.
+        let untimed = restarts(&steady, &P);
+        assert!(untimed > 50 * busy, "{untimed} against {busy}");
+    }
+
+    #[test]
+    fn a_quiet_candidate_keeps_the_threshold() {
+        // One answer every 10 s: ln(0.1 × 600) − 1.17 ≈ 2.9 is below `threshold`.
+        let steady = in_runs(300_000.0, 0.25, 0.0, 20_000);
+        let quiet = restarts_at(&steady, Some(10_000_000), &P);
+        assert_eq!(quiet, restarts(&steady, &P));
+    }
+
+    #[test]
+    fn a_step_at_a_busy_candidate_still_shows_within_a_few_answers() {
+        let mut m = LatencyMean::default();
+        let mut at = 0;
+        let mut add = |m: &mut LatencyMean, s: f64| {
+            at += 10_000;
+            m.add(s, Some(at), &P)
+        };
+        for s in jittered(200_000.0, 500) {
+            add(&mut m, s);
+        }
+        // Twice as slow, at 100 answers a second (threshold ≈ 9.8, spread about 0.2).
+        let mut steps = 0;
+        for s in jittered(400_000.0, 20) {
+            steps += 1;
+            if add(&mut m, s) > 300_000.0 {
+                break;
+            }
+        }
+        assert!(steps <= 5, "twice as slow found after {steps} answers");
     }
 
     #[test]
@@ -400,12 +516,12 @@ mod tests {
     fn a_step_after_answers_that_moved_in_runs_is_still_found() {
         let mut m = LatencyMean::default();
         for s in in_runs(200_000.0, 0.25, 0.8, 500) {
-            m.add(s, &P);
+            m.add(s, None, &P);
         }
         let mut steps = 0;
         for s in jittered(1_000_000.0, 20) {
             steps += 1;
-            if m.add(s, &P) > 600_000.0 {
+            if m.add(s, None, &P) > 600_000.0 {
                 break;
             }
         }
@@ -419,7 +535,7 @@ mod tests {
     fn seeded_counts_as_one_answer() {
         let mut m = LatencyMean::seeded(500_000.0);
         assert_eq!(m.mean(), Some(500_000.0));
-        m.add(300_000.0, &P);
+        m.add(300_000.0, None, &P);
         assert_eq!(m.mean(), Some(400_000.0));
     }
 }

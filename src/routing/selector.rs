@@ -1067,7 +1067,7 @@ mod tests {
     fn stats(lat: Option<f64>, failures: usize) -> Arc<CandidateStats> {
         let s = Arc::new(CandidateStats::new());
         if let Some(l) = lat {
-            s.record_latency(Mode::NonStreaming, l, &LatencyParams::DEFAULT);
+            s.record_latency(Mode::NonStreaming, l, None, &LatencyParams::DEFAULT);
         }
         // The success rate as an EWMA at 0.3, so that the tests below state its values.
         let mut ewma = RoutingParams {
@@ -1538,7 +1538,7 @@ mod tests {
         let seed: Vec<_> = (0..2)
             .map(|_| {
                 let s = Arc::new(CandidateStats::without_congestion());
-                s.record_latency(Mode::NonStreaming, 100.0, &LatencyParams::DEFAULT);
+                s.record_latency(Mode::NonStreaming, 100.0, None, &LatencyParams::DEFAULT);
                 s
             })
             .collect();

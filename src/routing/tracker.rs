@@ -218,14 +218,20 @@ impl CandidateStats {
     /// publish the new estimate ([`super::latency_mean`]). Non-finite or negative samples are
     /// ignored. Whether the request went out in its candidate's lull reaches the congestion
     /// discount with the request's outcome ([`CandidateStats::record_answer`]).
-    pub fn record_latency(&self, mode: Mode, micros: f64, params: &LatencyParams) {
+    pub fn record_latency(
+        &self,
+        mode: Mode,
+        micros: f64,
+        at_us: Option<u64>,
+        params: &LatencyParams,
+    ) {
         if !micros.is_finite() || micros < 0.0 {
             return;
         }
         let slot = mode.slot();
         // Published under the lock, so concurrent answers publish in the order they folded in.
         let mut mean = self.latency_mean(slot);
-        let estimate = mean.add(micros, params);
+        let estimate = mean.add(micros, at_us, params);
         self.latency[slot].store(estimate.to_bits(), Relaxed);
         drop(mean);
     }
@@ -263,10 +269,13 @@ impl CandidateStats {
         micros: f64,
         outcome: Outcome,
         cached: bool,
+        at_us: Option<u64>,
         params: &RoutingParams,
     ) {
         match (outcome, cached) {
-            (Outcome::Success, false) => self.record_latency(mode, micros, &params.rule.latency),
+            (Outcome::Success, false) => {
+                self.record_latency(mode, micros, at_us, &params.rule.latency)
+            }
             (Outcome::Success, true) => self.record_cached_latency(mode, micros, params.ewma_alpha),
             (Outcome::Failure | Outcome::ClientError, _) => {}
         }
@@ -777,9 +786,9 @@ mod tests {
     fn first_latency_sample_seeds_then_averages() {
         let s = CandidateStats::new();
         assert_eq!(s.latency_us(Mode::NonStreaming), None);
-        s.record_latency(Mode::NonStreaming, 1000.5, &LP);
+        s.record_latency(Mode::NonStreaming, 1000.5, None, &LP);
         assert_eq!(s.latency_us(Mode::NonStreaming), Some(1000.5));
-        s.record_latency(Mode::NonStreaming, 2000.0, &LP);
+        s.record_latency(Mode::NonStreaming, 2000.0, None, &LP);
         let v = s.latency_us(Mode::NonStreaming).unwrap_or(f64::NAN);
         assert!(close(v, 1500.25), "{v}");
         assert!(close(
@@ -793,14 +802,14 @@ mod tests {
         let (s, params) = (CandidateStats::new(), RoutingParams::default());
         let mode = Mode::NonStreaming;
         // A candidate answering 503 in 30 ms, then 400 in 5 ms, has learned no latency.
-        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, &params);
-        s.record_first_chunk(mode, 5_000.0, Outcome::ClientError, false, &params);
+        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, None, &params);
+        s.record_first_chunk(mode, 5_000.0, Outcome::ClientError, false, None, &params);
         assert_eq!(s.latency_us(mode), None);
-        s.record_first_chunk(mode, 400_000.0, Outcome::Success, false, &params);
-        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, &params);
+        s.record_first_chunk(mode, 400_000.0, Outcome::Success, false, None, &params);
+        s.record_first_chunk(mode, 30_000.0, Outcome::Failure, false, None, &params);
         assert_eq!(s.latency_us(mode), Some(400_000.0));
         // A successful answer from the prompt cache goes to the cache-hit estimate.
-        s.record_first_chunk(mode, 900_000.0, Outcome::Success, true, &params);
+        s.record_first_chunk(mode, 900_000.0, Outcome::Success, true, None, &params);
         assert_eq!(s.latency_us(mode), Some(900_000.0));
     }
 
@@ -838,7 +847,7 @@ mod tests {
             if cached {
                 s.record_cached_latency(mode, sample, 0.5);
             } else {
-                s.record_latency(mode, sample, &LP);
+                s.record_latency(mode, sample, None, &LP);
             }
             assert_eq!(s.latency_us(mode), Some(estimate), "{why}");
         }
@@ -855,8 +864,8 @@ mod tests {
         // past the miss estimate: only the misses may say how long the queue is.
         for i in 0..400 {
             let miss = 300_000.0 + f64::from(i % 7) * 10_000.0;
-            misses_only.record_latency(mode, miss, &LP);
-            with_slow_hits.record_latency(mode, miss, &LP);
+            misses_only.record_latency(mode, miss, None, &LP);
+            with_slow_hits.record_latency(mode, miss, None, &LP);
             with_slow_hits.record_cached_latency(mode, 900_000.0, 0.4);
             misses_only.record_outcome(Outcome::Success, 0, &RoutingParams::default());
             with_slow_hits.record_outcome(Outcome::Success, 0, &RoutingParams::default());
@@ -875,7 +884,7 @@ mod tests {
     #[test]
     fn modes_are_independent() {
         let s = CandidateStats::new();
-        s.record_latency(Mode::Streaming, 500.0, &LP);
+        s.record_latency(Mode::Streaming, 500.0, None, &LP);
         assert_eq!(s.latency_us(Mode::Streaming), Some(500.0));
         assert_eq!(s.latency_us(Mode::NonStreaming), None);
         assert_eq!(s.snapshot(Mode::NonStreaming).latency_us, None);
@@ -889,6 +898,7 @@ mod tests {
             s.record_latency(
                 Mode::NonStreaming,
                 100_000.0 + f64::from(i % 5) * 5_000.0,
+                None,
                 &LP,
             );
         }
@@ -897,7 +907,7 @@ mod tests {
             110_000.0
         ));
         for _ in 0..2 {
-            s.record_latency(Mode::NonStreaming, 300_000.0, &LP);
+            s.record_latency(Mode::NonStreaming, 300_000.0, None, &LP);
         }
         assert_eq!(s.latency_us(Mode::NonStreaming), Some(300_000.0));
     }
@@ -974,9 +984,9 @@ mod tests {
     #[test]
     fn invalid_latency_samples_ignored() {
         let s = CandidateStats::new();
-        s.record_latency(Mode::NonStreaming, f64::NAN, &LP);
-        s.record_latency(Mode::NonStreaming, f64::INFINITY, &LP);
-        s.record_latency(Mode::NonStreaming, -5.0, &LP);
+        s.record_latency(Mode::NonStreaming, f64::NAN, None, &LP);
+        s.record_latency(Mode::NonStreaming, f64::INFINITY, None, &LP);
+        s.record_latency(Mode::NonStreaming, -5.0, None, &LP);
         assert_eq!(s.latency_us(Mode::NonStreaming), None);
     }
 
@@ -1003,7 +1013,7 @@ mod tests {
     #[test]
     fn a_pick_reads_failures_faded_by_the_time_since_the_last_outcome() {
         let s = CandidateStats::new();
-        s.record_latency(Mode::NonStreaming, 1_000.0, &LP);
+        s.record_latency(Mode::NonStreaming, 1_000.0, None, &LP);
         assert!(!s.needs_time(), "nothing to fade");
         let p = RoutingParams::default();
         for i in 0..20 {
@@ -1059,7 +1069,7 @@ mod tests {
         };
         let s = CandidateStats::new();
         assert_eq!(s.health(&threshold(0.5), 0), Health::Cold);
-        s.record_latency(Mode::Streaming, 10.0, &LP);
+        s.record_latency(Mode::Streaming, 10.0, None, &LP);
         assert_eq!(s.health(&threshold(0.5), 0), Health::Warm);
         s.record_outcome(Outcome::Failure, 0, &ewma(0.6)); // success 0.4, error 0.6
         assert_eq!(s.health(&threshold(0.5), 0), Health::Degraded);
@@ -1094,14 +1104,14 @@ mod tests {
     #[test]
     fn export_import_round_trip_and_sanitise() {
         let a = CandidateStats::new();
-        a.record_latency(Mode::NonStreaming, 1234.5, &LP);
+        a.record_latency(Mode::NonStreaming, 1234.5, None, &LP);
         a.record_outcome(Outcome::Failure, 0, &ewma(0.25));
         let snap = a.export();
         assert_eq!(snap.latency_non_streaming_us, Some(1234.5));
         assert_eq!(snap.latency_streaming_us, None);
         assert!(close(snap.success, 0.75));
         let b = CandidateStats::new();
-        b.record_latency(Mode::Streaming, 9.0, &LP);
+        b.record_latency(Mode::Streaming, 9.0, None, &LP);
         b.import(&snap);
         assert_eq!(b.export(), snap);
 
@@ -1131,7 +1141,7 @@ mod tests {
                     for i in 0..100_000u64 {
                         let _g = s.begin();
                         let lat = 100.0 + ((i * 7 + t * 13) % 900) as f64;
-                        s.record_latency(Mode::NonStreaming, lat, &LP);
+                        s.record_latency(Mode::NonStreaming, lat, None, &LP);
                         let o = if (i + t) % 3 == 0 {
                             Outcome::Failure
                         } else {
@@ -1200,7 +1210,14 @@ mod tests {
             while waiting.last().is_some_and(|(due, _)| *due <= now) {
                 let (due, guard) = waiting.pop().unwrap();
                 let took = (due - guard.sent_us()) as f64;
-                s.record_first_chunk(Mode::NonStreaming, took, Outcome::Success, false, &params);
+                s.record_first_chunk(
+                    Mode::NonStreaming,
+                    took,
+                    Outcome::Success,
+                    false,
+                    None,
+                    &params,
+                );
                 let answer = guard.first_chunk(took);
                 s.record_answer(&answer, false, &params, due);
             }
@@ -1276,7 +1293,7 @@ mod tests {
     #[test]
     fn debug_shows_values() {
         let s = CandidateStats::new();
-        s.record_latency(Mode::Streaming, 42.0, &LP);
+        s.record_latency(Mode::Streaming, 42.0, None, &LP);
         let d = format!("{s:?}");
         assert!(d.contains("latency_streaming_us: Some(42.0)"), "{d}");
         assert!(d.contains("success: 1.0"), "{d}");

@@ -286,7 +286,14 @@ impl Strategy for Sturnus {
         let in_lull = lull::unqueued_sample(sent, slot, &self.variant.params.rule.lull);
         let outcome = Outcome::from_status(status);
         let params = &self.variant.params;
-        stats.record_first_chunk(MODE, response.latency as f64, outcome, cached, params);
+        stats.record_first_chunk(
+            MODE,
+            response.latency as f64,
+            outcome,
+            cached,
+            Some(now),
+            params,
+        );
         // As outcome::finish.
         match outcome {
             Outcome::Failure => stats.record_failure(ErrorKind::Status, now / MS, now, params),
