@@ -91,7 +91,7 @@ fn memory(p: &LatencyParams) -> f64 {
 
 /// ln of the answers a two-sided CUSUM at slack ½ passes, on average, before a false change
 /// is found at threshold `h`, minus `h`: e^(h + 1.17) answers (Siegmund's approximation, within
-/// 6 % of a simulated CUSUM on normal deviations at thresholds 3 to 10).
+/// 6 % of a simulated CUSUM on normal deviations at thresholds 5 to 10, 10 % at 3).
 const FALSE_CHANGE_LOG_OFFSET: f64 = 1.17;
 
 /// How often a candidate answers: the mean time between its answers, each gap weighing 1 ÷ n
