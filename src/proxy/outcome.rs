@@ -182,8 +182,8 @@ pub fn response_body_filter(chunk: &[u8], end_of_stream: bool, ctx: &mut Request
         let lulls = &app.catalog.params.rule.lull;
         let in_lull = sent_us.is_some_and(|at| lull::unqueued_sample(at, route.slot, lulls));
         let outcome = ctx.status.map_or(Outcome::Failure, Outcome::from_status);
-        let at_us = sent_us.map(|at| at + micros as u64);
-        stats.record_first_chunk(route.mode, micros, outcome, hit, at_us, &app.catalog.params);
+        let at = Some(now_us());
+        stats.record_first_chunk(route.mode, micros, outcome, hit, at, &app.catalog.params);
         route.metrics.first_chunk(seconds);
         // A cached answer says where a conversation's cache is, not how the candidate queues.
         ctx.answer = answer.filter(|_| !hit).map(|a| (a, in_lull));
