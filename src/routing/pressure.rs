@@ -56,6 +56,12 @@ pub fn now_us() -> u64 {
     crate::clock::monotonic_us()
 }
 
+/// The routing clock as of the kernel's last tick (`clock::coarse_monotonic_us`): what the
+/// lulls read on every pick, where a few milliseconds do not matter.
+pub fn coarse_now_us() -> u64 {
+    crate::clock::coarse_monotonic_us()
+}
+
 /// Send time marking "no open request" in [`Waiting::oldest_open`].
 const NONE: u64 = u64::MAX;
 

@@ -9,15 +9,15 @@
 //! [`choose_keyed`] picks the same way with a conversation key: weighted rendezvous over the
 //! same shares instead of a random draw.
 //! [`choose_at`] / [`shares_for_at`] take the time explicitly (the simulator's virtual clock);
-//! [`choose`] / [`shares_for`] read the monotonic routing clock ([`now_us`]), and only when a
-//! candidate's waiting requests or `Retry-After` back-off, or an unkeyed pick's lulls
-//! ([`super::lull`]), make the time matter.
+//! [`choose`] / [`shares_for`] read the monotonic routing clock ([`now_us`]) only when a
+//! candidate's waiting requests or `Retry-After` back-off make the time matter, and an
+//! unkeyed pick's lulls ([`super::lull`]) its coarse reading ([`coarse_now_us`]).
 
 use super::attempt::Mode;
 use super::keyed_shares::SmoothedShare;
 use super::load::charged_latency;
 use super::params::{RoutingParams, RuleParams};
-use super::pressure::now_us;
+use super::pressure::{coarse_now_us, now_us};
 use super::rng::RngSource;
 use super::tracker::{CandidateStats, Snapshot};
 
@@ -135,8 +135,7 @@ impl Stake {
 /// `charged_latency_ms`.
 #[inline]
 pub fn charged_latency_us(s: &Snapshot, rule: &RuleParams) -> Option<f64> {
-    // Finite and not negative (NaN fails both comparisons).
-    let lat = s.latency_us.filter(|l| (0.0..f64::INFINITY).contains(l))?;
+    let lat = s.latency_us.filter(|&l| finite_non_negative(l))?;
     let lat = match s.wait_age_us.map(|age| age - rule.wait_age.slack * lat) {
         Some(waiting) if waiting > lat => waiting,
         _ => lat,
@@ -150,31 +149,56 @@ pub fn charged_latency_us(s: &Snapshot, rule: &RuleParams) -> Option<f64> {
     ))
 }
 
+/// True for a finite number that is not negative (-0.0 included, NaN not): one integer
+/// comparison on the bits, as the picks check every latency they read.
+#[inline]
+fn finite_non_negative(x: f64) -> bool {
+    let bits = x.to_bits();
+    bits < f64::INFINITY.to_bits() || bits == (-0.0f64).to_bits()
+}
+
+/// `x.max(floor)` for an `x` that is not NaN (the same for any `floor`, up to the sign of a
+/// zero), without the NaN handling `f64::max` costs on every candidate of every pick.
+#[inline]
+fn at_least(x: f64, floor: f64) -> f64 {
+    if x < floor {
+        floor
+    } else {
+        x
+    }
+}
+
 /// The single scoring function. A warm candidate's speed is `success / latency`, with success
 /// clamped to `[min_success, 1]` and latency to at least `min_latency_us` ([`super::params::ScoreParams`]).
 /// The latency is [`charged_latency_us`]. Ratios of speeds are inverse ratios of effective latencies, and this
 /// form needs one division per candidate instead of two. `k` is the exponent from [`sane_k`].
-#[inline]
+#[inline(always)]
 fn score(s: &Snapshot, k: f64, rule: &RuleParams) -> Score {
     let bounds = &rule.score;
     // A NaN success rate (never produced by the tracker) counts as the worst.
     let success = if s.success.is_nan() {
         bounds.min_success
     } else {
-        s.success.clamp(bounds.min_success, 1.0)
+        // `clamp(min_success, 1.0)`, without its check that the bounds are ordered.
+        let floored = at_least(s.success, bounds.min_success);
+        if floored > 1.0 {
+            1.0
+        } else {
+            floored
+        }
     };
     let backed_off = s.backed_off;
     match charged_latency_us(s, rule) {
         Some(lat) => {
-            let speed = success / lat.max(bounds.min_latency_us);
+            let speed = success / at_least(lat, bounds.min_latency_us);
             Score::Warm {
                 speed: discounted(speed, s.discount, s.pacing, k),
                 // Until the reference is measured, the latency is the best guess of it.
                 reference: s
                     .reference_us
-                    .filter(|r| r.is_finite() && *r >= 0.0)
+                    .filter(|&r| finite_non_negative(r))
                     .or(s.latency_us)
-                    .map_or(0.0, |r| r.max(bounds.min_latency_us)),
+                    .map_or(0.0, |r| at_least(r, bounds.min_latency_us)),
                 backed_off,
             }
         }
@@ -208,31 +232,72 @@ pub(crate) fn sane_k(k: f64) -> f64 {
     }
 }
 
+/// The exponent of one pick's weights, read once from `exploit_k` ([`sane_k`]).
+#[derive(Debug, Clone, Copy)]
+struct Exponent {
+    /// The exponent.
+    k: f64,
+    /// The exponent when it is a whole number up to 64, which [`pow_u32`] raises to.
+    whole: Option<u32>,
+}
+
+impl Exponent {
+    /// `exploit_k` as the weights use it.
+    #[inline]
+    fn of(params: &RoutingParams) -> Self {
+        let k = sane_k(params.exploit_k);
+        Exponent {
+            k,
+            whole: (k <= 64.0 && f64::from(k as u32) == k).then_some(k as u32),
+        }
+    }
+
+    /// `ratio^k`.
+    #[inline]
+    fn pow(self, ratio: f64) -> f64 {
+        match self.whole {
+            Some(e) => pow_u32(ratio, e),
+            None => ratio.powf(self.k),
+        }
+    }
+}
+
 /// `base^e` by repeated squaring (inline; `powi` is an out-of-line call on baseline x86-64).
 #[inline]
 fn pow_u32(mut base: f64, mut e: u32) -> f64 {
     let mut acc = 1.0;
-    while e > 0 {
+    loop {
         if e & 1 == 1 {
             acc *= base;
         }
-        base *= base;
         e >>= 1;
+        if e == 0 {
+            return acc;
+        }
+        base *= base;
     }
-    acc
 }
 
 /// Runs `f` with scratch scores and stakes for `n` candidates: on the stack up to
-/// [`INLINE_CANDIDATES`], on the heap beyond.
+/// [`INLINE_CANDIDATES`] (in arrays of half that for the usual aliases, as filling the
+/// scratch is part of every pick's cost), on the heap beyond.
 #[inline]
 fn with_scratch<R>(n: usize, f: impl FnOnce(&mut [Score], &mut [Stake]) -> R) -> R {
-    if n <= INLINE_CANDIDATES {
-        let mut scores = [Score::COLD; INLINE_CANDIDATES];
-        let mut stakes = [Stake::Out; INLINE_CANDIDATES];
-        f(&mut scores[..n], &mut stakes[..n])
+    if n <= INLINE_CANDIDATES / 2 {
+        on_stack::<{ INLINE_CANDIDATES / 2 }, R>(n, f)
+    } else if n <= INLINE_CANDIDATES {
+        on_stack::<INLINE_CANDIDATES, R>(n, f)
     } else {
         f(&mut vec![Score::COLD; n], &mut vec![Stake::Out; n])
     }
+}
+
+/// [`with_scratch`] in arrays of `N` (at least `n`).
+#[inline(always)]
+fn on_stack<const N: usize, R>(n: usize, f: impl FnOnce(&mut [Score], &mut [Stake]) -> R) -> R {
+    let mut scores = [Score::COLD; N];
+    let mut stakes = [Stake::Out; N];
+    f(&mut scores[..n], &mut stakes[..n])
 }
 
 /// Shares (summing to 1) for one alias's candidates from their snapshots; the pure core used by
@@ -247,12 +312,14 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
     let (out, rest) = out.split_at_mut(n);
     rest.iter_mut().for_each(|x| *x = 0.0);
-    let k = sane_k(params.exploit_k);
+    let k = Exponent::of(params);
     with_scratch(n, |scores, stakes| {
+        let mut leader = Leader::default();
         for (score_of, snap) in scores.iter_mut().zip(snaps) {
-            *score_of = score(snap, k, &params.rule);
+            *score_of = score(snap, k.k, &params.rule);
+            leader.add(*score_of);
         }
-        let split = share_out(scores, params, stakes);
+        let split = share_out(scores, leader, k, params, stakes);
         for (o, stake) in out.iter_mut().zip(stakes.iter()) {
             *o = stake.share(split);
         }
@@ -265,12 +332,14 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
 /// `min(snaps.len(), out.len())` values.
 pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
-    let k = sane_k(params.exploit_k);
+    let k = Exponent::of(params);
     with_scratch(n, |scores, stakes| {
+        let mut leader = Leader::default();
         for (score_of, snap) in scores.iter_mut().zip(snaps) {
-            *score_of = score(snap, k, &params.rule);
+            *score_of = score(snap, k.k, &params.rule);
+            leader.add(*score_of);
         }
-        weigh(scores, params, stakes);
+        weigh(scores, leader, k, params, stakes);
         let raw = Split {
             scale: 1.0,
             floor: 0.0,
@@ -296,37 +365,64 @@ struct Weighed {
     best_latency: f64,
 }
 
+/// What the weights are relative to, gathered while the candidates are scored (so the
+/// weights take one pass): whether back-off is honoured (some candidate is not backed off)
+/// and the best speed among the candidates taking part.
+#[derive(Debug, Clone, Copy, Default)]
+struct Leader {
+    /// Some candidate is not backed off.
+    honour_back_off: bool,
+    /// The best warm speed among candidates not backed off.
+    best_free: f64,
+    /// The best warm speed among all candidates.
+    best_any: f64,
+}
+
+impl Leader {
+    /// Counts one more candidate's score.
+    #[inline]
+    fn add(&mut self, s: Score) {
+        let free = !s.backed_off();
+        self.honour_back_off |= free;
+        // Speeds are never NaN (see [`score`]), so plain comparisons do.
+        if let Score::Warm { speed, .. } = s {
+            if speed > self.best_any {
+                self.best_any = speed;
+            }
+            if free && speed > self.best_free {
+                self.best_free = speed;
+            }
+        }
+    }
+
+    /// The best speed the weights are relative to.
+    #[inline]
+    fn best(self) -> f64 {
+        if self.honour_back_off {
+            self.best_free
+        } else {
+            self.best_any
+        }
+    }
+}
+
 /// Scores become raw weights in `out` (same length), each kept with its reference latency
-/// for [`apply_floor`].
+/// for [`apply_floor`]; `leader` is what the scoring pass found about them.
 ///
 /// What a back-off does to the shares is decided here and nowhere else: a backed-off
 /// candidate is [`Stake::Out`], unless every candidate is backed off, when back-off is ignored
 /// rather than routing nowhere. (A pin to a backed-off candidate is not honoured: the pin rule,
 /// in [`choose_keyed_at`].)
-fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Weighed {
-    let k = sane_k(params.exploit_k);
-    let int_k = (k <= 64.0 && f64::from(k as u32) == k).then_some(k as u32);
-    let pow = |ratio: f64| match int_k {
-        Some(e) => pow_u32(ratio, e),
-        None => ratio.powf(k),
-    };
-    // One pass for what the weights are relative to: whether back-off is honoured (some
-    // candidate is not backed off) and the best speed among the candidates taking part.
-    let (mut honour_back_off, mut best_free, mut best_any) = (false, 0.0f64, 0.0f64);
-    for &s in scores {
-        let free = !s.backed_off();
-        honour_back_off |= free;
-        // Speeds are never NaN (see [`score`]), so plain comparisons do.
-        if let Score::Warm { speed, .. } = s {
-            if speed > best_any {
-                best_any = speed;
-            }
-            if free && speed > best_free {
-                best_free = speed;
-            }
-        }
-    }
-    let best = if honour_back_off { best_free } else { best_any };
+fn weigh(
+    scores: &[Score],
+    leader: Leader,
+    k: Exponent,
+    params: &RoutingParams,
+    out: &mut [Stake],
+) -> Weighed {
+    let pow = |ratio: f64| k.pow(ratio);
+    let honour_back_off = leader.honour_back_off;
+    let best = leader.best();
     // With nothing warm, cold candidates split evenly (scaled by success^k, so one that keeps
     // failing before any response still yields); otherwise a cold one probes at a quarter of
     // the best's weight, scaled the same way. The best warm candidate has weight 1.
@@ -367,8 +463,14 @@ fn weigh(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Weighed
 
 /// Scores become stakes in `out` (same length) and the [`Split`] that turns them into shares
 /// summing to 1: the one path behind [`shares`] and the picks.
-fn share_out(scores: &[Score], params: &RoutingParams, out: &mut [Stake]) -> Split {
-    let weighed = weigh(scores, params, out);
+fn share_out(
+    scores: &[Score],
+    leader: Leader,
+    k: Exponent,
+    params: &RoutingParams,
+    out: &mut [Stake],
+) -> Split {
+    let weighed = weigh(scores, leader, k, params, out);
     let floor = probe_floor_each(params.probe_floor, weighed.count);
     if weighed.sum > 0.0 {
         let scale = 1.0 / weighed.sum;
@@ -470,7 +572,7 @@ fn draw(shares: impl Iterator<Item = f64>, r: f64) -> usize {
     let mut acc = 0.0;
     let mut last_positive = 0;
     for (i, s) in shares.enumerate() {
-        let s = s.max(0.0);
+        // Negative and NaN shares fail this test: they count as 0.
         if s > 0.0 {
             acc += s;
             last_positive = i;
@@ -540,10 +642,15 @@ pub fn choose_keyed<C: AsRef<CandidateStats>>(
     params: &RoutingParams,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
-    // The clock is read once, and only when some candidate's score depends on the time.
+    // The clock is read once, and only when some candidate's score depends on the time; the
+    // lulls, read on every unkeyed pick, need only the coarse clock.
     let mut now = None;
     let mut clock = || *now.get_or_insert_with(now_us);
-    choose_with_clock(cands, mode, pinned, keyed, params, &mut clock, rng)
+    let clocks = Clocks {
+        precise: &mut clock,
+        lulls: coarse_now_us,
+    };
+    choose_with_clock(cands, mode, pinned, keyed, params, clocks, rng)
 }
 
 /// [`choose_keyed`] at an explicit time `now_us`. A key whose identities do not match the
@@ -557,20 +664,33 @@ pub fn choose_keyed_at<C: AsRef<CandidateStats>>(
     now_us: u64,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
-    choose_with_clock(cands, mode, pinned, keyed, params, &mut || now_us, rng)
+    let clocks = Clocks {
+        precise: &mut || now_us,
+        lulls: || now_us,
+    };
+    choose_with_clock(cands, mode, pinned, keyed, params, clocks, rng)
 }
 
-/// [`choose_keyed_at`] with the time from `clock`, called only for a candidate whose score
-/// depends on it (waiting requests, a back-off deadline, an announced quota, fading failures).
+/// Where a pick reads the time: `precise` only for a candidate whose score depends on it,
+/// `lulls` once per unkeyed pick (a reading a few milliseconds old serves).
+struct Clocks<'a, P, L> {
+    /// The routing clock, for waiting requests, back-off deadlines, quotas and fading failures.
+    precise: &'a mut P,
+    /// The routing clock to the millisecond, for the lulls.
+    lulls: L,
+}
+
+/// [`choose_keyed_at`] with the time from `clocks`.
 fn choose_with_clock<C: AsRef<CandidateStats>>(
     cands: &[C],
     mode: Mode,
     pinned: Option<usize>,
     keyed: Option<Keyed<'_>>,
     params: &RoutingParams,
-    clock: &mut impl FnMut() -> u64,
+    clocks: Clocks<'_, impl FnMut() -> u64, impl FnOnce() -> u64>,
     rng: &mut impl RngSource,
 ) -> Option<Choice> {
+    let clock = clocks.precise;
     let keyed = keyed.filter(|k| k.identities.len() == cands.len());
     if let Some(i) = pinned {
         if let Some(c) = cands.get(i) {
@@ -593,7 +713,7 @@ fn choose_with_clock<C: AsRef<CandidateStats>>(
     let (index, drawn) = match cands.len() {
         0 => return None,
         1 => (0, Drawn::default()),
-        _ => weighted_pick(cands, mode, params, clock, keyed, rng),
+        _ => weighted_pick(cands, mode, params, clock, clocks.lulls, keyed, rng),
     };
     Some(Choice {
         index,
@@ -610,12 +730,13 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
     mode: Mode,
     params: &RoutingParams,
     clock: &mut impl FnMut() -> u64,
+    lull_clock: impl FnOnce() -> u64,
     keyed: Option<Keyed<'_>>,
     rng: &mut impl RngSource,
 ) -> (usize, Drawn) {
     // Conversations keep their candidate through lulls: moving one costs its cache.
     let lulled = match keyed {
-        None => super::lull::lulled(clock(), cands.len(), &params.rule.lull),
+        None => super::lull::lulled(lull_clock(), cands.len(), &params.rule.lull),
         Some(_) => None,
     };
     // A keyed pick weighs with the exponent its alias's keyed hit rate sets.
@@ -627,9 +748,10 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         }
         None => params,
     };
-    let k = sane_k(params.exploit_k);
+    let k = Exponent::of(params);
     let mut slowest_us = None;
     with_scratch(cands.len(), |scores, stakes| {
+        let mut leader = Leader::default();
         for (i, (score_of, c)) in scores.iter_mut().zip(cands).enumerate() {
             let c = c.as_ref();
             // The time-dependent signals are read only when the candidate has any.
@@ -645,11 +767,13 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
                 .latency_us
                 .filter(|_| serving(&snap, params.error_threshold))
             {
-                slowest_us = Some(slowest_us.map_or(l, |s: f64| s.max(l)));
+                // Latencies are never NaN, so neither is the highest so far.
+                slowest_us = Some(slowest_us.map_or(l, |s: f64| at_least(s, l)));
             }
-            *score_of = score(&snap, k, &params.rule);
+            *score_of = score(&snap, k.k, &params.rule);
+            leader.add(*score_of);
         }
-        let split = share_out(scores, params, stakes);
+        let split = share_out(scores, leader, k, params, stakes);
         let shares = stakes.iter().map(|s| s.share(split));
         let rendezvous = keyed.and_then(|k| {
             let smoothed = (k.smoothed.len() == cands.len()).then_some(k.smoothed);
@@ -729,6 +853,66 @@ mod tests {
     use super::*;
     use crate::routing::latency_mean::LatencyParams;
     use std::sync::Arc;
+
+    #[test]
+    fn the_picks_number_checks_agree_with_the_library_ones() {
+        let odd = [
+            0.0,
+            -0.0,
+            1.5,
+            -1.5,
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for x in odd {
+            assert_eq!(
+                finite_non_negative(x),
+                (0.0..f64::INFINITY).contains(&x),
+                "{x}"
+            );
+            if x.is_nan() {
+                continue;
+            }
+            for floor in odd {
+                if x == 0.0 && floor == 0.0 {
+                    continue; // either zero is the larger
+                }
+                assert_eq!(
+                    at_least(x, floor).to_bits(),
+                    x.max(floor).to_bits(),
+                    "{x} {floor}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn whole_powers_are_repeated_products() {
+        for base in [0.0, 0.37, 1.0, 1.9, 1e-80] {
+            let mut product = 1.0;
+            for e in 0..=64u32 {
+                let p = pow_u32(base, e);
+                assert!(
+                    (p - product).abs() <= 1e-12 * product.abs(),
+                    "{base}^{e}: {p} vs {product}"
+                );
+                assert!((p - base.powi(e as i32)).abs() <= 1e-12 * p.abs().max(f64::MIN_POSITIVE));
+                product *= base;
+            }
+        }
+        let k = Exponent::of(&RoutingParams::default());
+        assert_eq!(k.whole, Some(6));
+        assert_eq!(k.pow(0.5), 0.5f64.powi(6));
+        let fractional = Exponent::of(&RoutingParams {
+            exploit_k: 2.5,
+            ..RoutingParams::default()
+        });
+        assert_eq!(fractional.whole, None);
+        assert_eq!(fractional.pow(0.25), 0.25f64.powf(2.5));
+    }
 
     /// A warm candidate that is slow only for now: its reference is below any latency here,
     /// so it keeps its whole part of the probe floor (the tests of parts set their own).

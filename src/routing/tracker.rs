@@ -372,7 +372,7 @@ impl CandidateStats {
     }
 
     /// Everything the selector needs for one mode, without the time-dependent signals.
-    #[inline]
+    #[inline(always)]
     pub fn snapshot(&self, mode: Mode) -> Snapshot {
         Snapshot {
             latency_us: self.latency_us(mode),
@@ -398,6 +398,7 @@ impl CandidateStats {
 
     /// Everything the selector needs for one mode at time `now_us` (waiting age, back-off,
     /// the success rate's fade by `success`).
+    #[inline(always)]
     pub fn snapshot_at(&self, mode: Mode, now_us: u64, success: &SuccessParams) -> Snapshot {
         Snapshot {
             wait_age_us: self.wait_age_us(mode, now_us),
@@ -469,7 +470,7 @@ impl CandidateStats {
     /// True when scoring this candidate needs the current time (requests waiting with a send
     /// time, a back-off deadline set, a quota, or failures that fade), so the selector reads
     /// the clock only when it matters.
-    #[inline]
+    #[inline(always)]
     pub fn needs_time(&self) -> bool {
         self.pressure.active() || self.quotas.active() || self.success() < 1.0
     }
