@@ -314,16 +314,22 @@ pub fn shares(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     rest.iter_mut().for_each(|x| *x = 0.0);
     let k = Exponent::of(params);
     with_scratch(n, |scores, stakes| {
-        let mut leader = Leader::default();
-        for (score_of, snap) in scores.iter_mut().zip(snaps) {
-            *score_of = score(snap, k.k, &params.rule);
-            leader.add(*score_of);
-        }
+        let leader = score_all(snaps, k, &params.rule, scores);
         let split = share_out(scores, leader, k, params, stakes);
         for (o, stake) in out.iter_mut().zip(stakes.iter()) {
             *o = stake.share(split);
         }
     });
+}
+
+/// Scores `snaps` into `scores` (same length), and what the weights are relative to.
+fn score_all(snaps: &[Snapshot], k: Exponent, rule: &RuleParams, scores: &mut [Score]) -> Leader {
+    let mut leader = Leader::default();
+    for (score_of, snap) in scores.iter_mut().zip(snaps) {
+        *score_of = score(snap, k.k, rule);
+        leader.add(*score_of);
+    }
+    leader
 }
 
 /// Raw weights (before normalising and the probe floor) for one alias's candidates: the best
@@ -334,11 +340,7 @@ pub fn weights(snaps: &[Snapshot], params: &RoutingParams, out: &mut [f64]) {
     let n = snaps.len().min(out.len());
     let k = Exponent::of(params);
     with_scratch(n, |scores, stakes| {
-        let mut leader = Leader::default();
-        for (score_of, snap) in scores.iter_mut().zip(snaps) {
-            *score_of = score(snap, k.k, &params.rule);
-            leader.add(*score_of);
-        }
+        let leader = score_all(snaps, k, &params.rule, scores);
         weigh(scores, leader, k, params, stakes);
         let raw = Split {
             scale: 1.0,
@@ -420,7 +422,6 @@ fn weigh(
     params: &RoutingParams,
     out: &mut [Stake],
 ) -> Weighed {
-    let pow = |ratio: f64| k.pow(ratio);
     let honour_back_off = leader.honour_back_off;
     let best = leader.best();
     // With nothing warm, cold candidates split evenly (scaled by success^k, so one that keeps
@@ -444,12 +445,12 @@ fn weigh(
             continue;
         }
         let (weight, reference) = match s {
-            Score::Cold { success, .. } => (cold_weight * pow(success), 0.0),
+            Score::Cold { success, .. } => (cold_weight * k.pow(success), 0.0),
             // The best candidate is exactly 1.0 (speed * (1/best) can miss it by one ulp).
             Score::Warm { speed, .. } if speed == best => (1.0, 0.0),
             Score::Warm {
                 speed, reference, ..
-            } => (pow((speed * inv_best).min(1.0)), reference),
+            } => (k.pow((speed * inv_best).min(1.0)), reference),
         };
         weighed.sum += weight;
         weighed.count += 1;
