@@ -5,7 +5,7 @@
 
 use crate::body::holder_tag::HolderTag;
 use crate::config::Config;
-use crate::providers::{Provider, ProviderError};
+use crate::providers::{health, Provider, ProviderError};
 use crate::routing::{self, affinity, CandidateStats, Choice, Mode, RoutingParams};
 use http::HeaderValue;
 use std::collections::HashMap;
@@ -94,7 +94,9 @@ impl Alias {
                     .map(|c| (c.provider.name.as_str(), c.model.as_str())),
             )
         });
-        let available = |i: usize| self.candidates[i].is_available();
+        // While no provider is unhealthy, every candidate is available without reading its flag.
+        let checked = health::any_unhealthy();
+        let available = |i: usize| !checked || self.candidates[i].is_available();
         let keyed = conversation.map(|key| routing::Keyed {
             key,
             identities: &self.identities,

@@ -26,7 +26,7 @@ use pingora_load_balancing::discovery;
 use pingora_load_balancing::health_check::HealthCheck;
 use pingora_load_balancing::{Backend, Backends, HealthCheckService, HealthRegistry};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Most bytes of a health answer's body that are read (the status decides; the rest is dropped
@@ -35,6 +35,16 @@ const MAX_BODY_READ: usize = 64 * 1024;
 
 /// The `User-Agent` of the checks, so a provider's logs tell them from client traffic.
 const USER_AGENT: &str = concat!("sturnus-health-check/", env!("CARGO_PKG_VERSION"));
+
+/// How many providers of this process are marked unhealthy: while none is, a pick need not
+/// read every candidate's flag.
+static UNHEALTHY: AtomicUsize = AtomicUsize::new(0);
+
+/// True while some provider of this process is marked unhealthy ([`HealthState`]).
+#[inline]
+pub fn any_unhealthy() -> bool {
+    UNHEALTHY.load(Relaxed) != 0
+}
 
 /// Whether a provider may take traffic, as its active health check last decided. A provider
 /// without a check is always healthy; one with a check starts healthy until the check says
@@ -66,7 +76,21 @@ impl HealthState {
 
     /// Records the check's verdict; true when it changed.
     pub fn set_healthy(&self, healthy: bool) -> bool {
-        self.healthy.swap(healthy, Relaxed) != healthy
+        let changed = self.healthy.swap(healthy, Relaxed) != healthy;
+        if changed && healthy {
+            UNHEALTHY.fetch_sub(1, Relaxed);
+        } else if changed {
+            UNHEALTHY.fetch_add(1, Relaxed);
+        }
+        changed
+    }
+}
+
+impl Drop for HealthState {
+    fn drop(&mut self) {
+        if !self.is_healthy() {
+            UNHEALTHY.fetch_sub(1, Relaxed);
+        }
     }
 }
 
@@ -312,6 +336,24 @@ mod tests {
 
     fn target() -> Backend {
         Backend::new("0.0.0.0:0").unwrap()
+    }
+
+    #[test]
+    fn a_provider_marked_unhealthy_is_counted_until_it_passes_or_goes() {
+        let a = HealthState::new(None);
+        assert!(a.set_healthy(false));
+        assert!(
+            any_unhealthy(),
+            "its flag is not skipped while it is unhealthy"
+        );
+        assert!(!a.set_healthy(false), "a verdict that changes nothing");
+        assert!(any_unhealthy());
+        let b = HealthState::new(None);
+        assert!(b.set_healthy(false));
+        drop(b);
+        assert!(any_unhealthy(), "dropping another leaves this one counted");
+        assert!(a.set_healthy(true));
+        assert!(a.is_healthy());
     }
 
     #[tokio::test]
