@@ -62,6 +62,9 @@ thread_local! {
 }
 
 /// Fresh seed from wall-clock time, the thread's identity and the process-random hasher keys.
+/// Once per thread, so kept out of line of the draws.
+#[cold]
+#[inline(never)]
 fn thread_seed() -> u64 {
     let nanos = crate::clock::unix_now().as_nanos() as u64;
     let mut h = RandomState::new().build_hasher();

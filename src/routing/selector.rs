@@ -215,7 +215,8 @@ fn score(s: &Snapshot, k: f64, rule: &RuleParams) -> Score {
 /// nothing).
 #[inline]
 fn discounted(speed: f64, d: f64, f: f64, k: f64) -> f64 {
-    if speed > 0.0 && k > 0.0 && (d > 0.0 || f < 1.0) {
+    // Most candidates have neither, so that test comes first.
+    if (d > 0.0 || f < 1.0) && speed > 0.0 && k > 0.0 {
         speed * ((f.max(f64::MIN_POSITIVE).ln() - d) / k).exp()
     } else {
         speed
@@ -750,7 +751,8 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         None => params,
     };
     let k = Exponent::of(params);
-    let mut slowest_us = None;
+    // Below every latency: none found yet.
+    let mut slowest_us = f64::NEG_INFINITY;
     with_scratch(cands.len(), |scores, stakes| {
         let mut leader = Leader::default();
         for (i, (score_of, c)) in scores.iter_mut().zip(cands).enumerate() {
@@ -764,12 +766,11 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
             if lulled == Some(i) && c.takes_lulls() {
                 snap.discount += params.rule.lull.discount;
             }
-            if let Some(l) = snap
-                .latency_us
-                .filter(|_| serving(&snap, params.error_threshold))
-            {
-                // Latencies are never NaN, so neither is the highest so far.
-                slowest_us = Some(slowest_us.map_or(l, |s: f64| at_least(s, l)));
+            if let Some(l) = snap.latency_us {
+                // Latencies are never NaN, so plain comparisons do.
+                if l > slowest_us && serving(&snap, params.error_threshold) {
+                    slowest_us = l;
+                }
             }
             *score_of = score(&snap, k.k, &params.rule);
             leader.add(*score_of);
@@ -791,6 +792,7 @@ fn weighted_pick<C: AsRef<CandidateStats>>(
         });
         let index = rendezvous.unwrap_or_else(|| draw(shares, rng.next_f64()));
         let probe = matches!(stakes.get(index), Some(Stake::Floored(_)));
+        let slowest_us = (slowest_us > f64::NEG_INFINITY).then_some(slowest_us);
         (index, Drawn { probe, slowest_us })
     })
 }
