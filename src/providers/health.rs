@@ -87,6 +87,7 @@ impl HealthState {
 }
 
 impl Drop for HealthState {
+    /// A provider that goes while unhealthy no longer counts.
     fn drop(&mut self) {
         if !self.is_healthy() {
             UNHEALTHY.fetch_sub(1, Relaxed);
