@@ -188,8 +188,10 @@ impl Runs {
 }
 
 /// One candidate's success rate: the estimate the picks read (an atomic), and the run
-/// lengths it comes from, updated per outcome under a lock.
+/// lengths it comes from, updated per outcome under a lock. The estimate comes first: the
+/// candidate's statistics keep it on the line the picks read ([`super::CandidateStats`]).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct SuccessRate {
     /// The estimate (f64 bits), 1.0 before any outcome.
     estimate: AtomicU64,

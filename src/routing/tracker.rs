@@ -108,19 +108,35 @@ pub struct StatsSnapshot {
 }
 
 /// Lock-free per-candidate statistics shared by every alias that lists the candidate.
+///
+/// Laid out in order, from a cache line of its own: first what every pick reads and every
+/// answer writes (the latency estimates, the requests in flight, the success estimate), so a
+/// pick on one core misses one line of a candidate another core has just answered for, not
+/// one per statistic.
+#[repr(C, align(64))]
 pub struct CandidateStats {
     /// Latency estimate (µs, f64 bits) of the answers not from a prompt cache, per [`Mode`]
     /// slot, as `latency_means` last published it; [`EMPTY`] until the first sample.
     latency: [AtomicU64; 2],
-    /// What `latency` is computed from, per [`Mode`] slot.
-    latency_means: [Mutex<LatencyMean>; 2],
     /// Latency EWMA of the answers from the provider's prompt cache, per [`Mode`] slot; it
     /// counts in the estimate only while it is above `latency` (or `latency` is empty).
     hit_latency: [AtomicU64; 2],
-    /// Success rate, 1.0 before any outcome (see [`super::success_rate`]).
-    success: SuccessRate,
     /// Requests currently in flight.
     inflight: AtomicU64,
+    /// Success rate, 1.0 before any outcome (see [`super::success_rate`]).
+    success: SuccessRate,
+    /// False for the latency-only tracker (the simulator's baseline), which keeps no such discount.
+    congestion_on: bool,
+    /// Requests waiting for their first chunk, and the `Retry-After` deadline.
+    pressure: Pressure,
+    /// How much of the latency is queueing our traffic causes (see [`super::congestion`]).
+    congestion: Congestion,
+    /// What the provider announces about its quotas, and the pacing it asks for.
+    quotas: Quotas,
+    /// How latency responds to our own load, per [`Mode`] slot.
+    load: [Load; 2],
+    /// What `latency` is computed from, per [`Mode`] slot.
+    latency_means: [Mutex<LatencyMean>; 2],
     /// Last error: kind index + 1 in the top 8 bits, unix ms in the low 56; 0 = never.
     last_error: AtomicU64,
     /// Attempts with any recorded outcome.
@@ -129,16 +145,6 @@ pub struct CandidateStats {
     failures: AtomicU64,
     /// Attempts recorded as [`Outcome::ClientError`].
     client_errors: AtomicU64,
-    /// Requests waiting for their first chunk, and the `Retry-After` deadline.
-    pressure: Pressure,
-    /// How much of the latency is queueing our traffic causes (see [`super::congestion`]).
-    congestion: Congestion,
-    /// What the provider announces about its quotas, and the pacing it asks for.
-    quotas: Quotas,
-    /// False for the latency-only tracker (the simulator's baseline), which keeps no such discount.
-    congestion_on: bool,
-    /// How latency responds to our own load, per [`Mode`] slot.
-    load: [Load; 2],
 }
 
 /// Bits available for the timestamp in the packed last-error word.
