@@ -279,6 +279,11 @@ impl SuccessRate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_estimate_comes_first() {
+        assert_eq!(std::mem::offset_of!(SuccessRate, estimate), 0);
+    }
     use crate::routing::rng::{RngSource, SplitMix64};
 
     const P: SuccessParams = SuccessParams::DEFAULT;

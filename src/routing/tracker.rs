@@ -772,6 +772,21 @@ impl Drop for OwnedInflightGuard {
 mod tests {
     use super::*;
 
+    #[test]
+    fn what_every_pick_reads_and_every_answer_writes_is_on_the_first_cache_line() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<CandidateStats>(), 64);
+        for end in [
+            offset_of!(CandidateStats, latency) + size_of::<[AtomicU64; 2]>(),
+            offset_of!(CandidateStats, hit_latency) + size_of::<[AtomicU64; 2]>(),
+            offset_of!(CandidateStats, inflight) + size_of::<AtomicU64>(),
+            // The success estimate is the first field of its struct.
+            offset_of!(CandidateStats, success) + size_of::<AtomicU64>(),
+        ] {
+            assert!(end <= 64, "ends at byte {end}");
+        }
+    }
+
     const LP: LatencyParams = LatencyParams::DEFAULT;
 
     /// The defaults with the success rate as an EWMA at `alpha`, for tests of the tracker's
