@@ -279,11 +279,6 @@ impl SuccessRate {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_estimate_comes_first() {
-        assert_eq!(std::mem::offset_of!(SuccessRate, estimate), 0);
-    }
     use crate::routing::rng::{RngSource, SplitMix64};
 
     const P: SuccessParams = SuccessParams::DEFAULT;
@@ -473,5 +468,10 @@ mod tests {
         assert!((s.get() - 0.6).abs() < 1e-12);
         s.observe(true, 2_000, &off, 0.4);
         assert!((s.get() - 0.76).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_estimate_comes_first() {
+        assert_eq!(std::mem::offset_of!(SuccessRate, estimate), 0);
     }
 }
